@@ -1,0 +1,5 @@
+"""Everything that speaks Z3: placement enumeration and bounded program sketches.
+
+Imports the system model (``hierarchies``) and nothing above it; the cost model
+arrives as an argument, written against the small algebra in ``z3algebra``.
+"""

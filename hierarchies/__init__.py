@@ -1,0 +1,11 @@
+"""The system model: hierarchies, axes, placements, cells and programs. Imports no other package of ours."""
+
+from hierarchies.library import UnknownSystemError, load_system, system_names
+from hierarchies.model import Hierarchy, Level, Link
+from hierarchies.placement import Axis, Cell, Placement, PlacementError, enumerate_matrices
+from hierarchies.program import Collective, Program, Request, Step, default_program
+
+__all__ = [
+    "Axis", "Cell", "Collective", "Hierarchy", "Level", "Link", "Placement", "PlacementError", "Program",
+    "Request", "Step", "UnknownSystemError", "default_program", "enumerate_matrices", "load_system", "system_names",
+]

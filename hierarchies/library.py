@@ -1,0 +1,36 @@
+"""A library of real systems as data files (``hierarchies/systems/*.json``), loadable by name."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from hierarchies.model import Hierarchy, Level
+
+
+class UnknownSystemError(KeyError):
+    """No system of that name in the library."""
+
+
+def system_names() -> list[str]:
+    """Names of the bundled systems."""
+    files = resources.files("hierarchies") / "systems"
+    return sorted(p.name.removesuffix(".json") for p in files.iterdir() if p.name.endswith(".json"))
+
+
+def system_info(name: str) -> dict:
+    """The raw data file of system `name` (levels, description, sources)."""
+    path = resources.files("hierarchies") / "systems" / f"{name}.json"
+    if not path.is_file():
+        raise UnknownSystemError(name)
+    return json.loads(path.read_text())
+
+
+def load_system(name: str, nodes: int | None = None) -> Hierarchy:
+    """The hierarchy of system `name`, with its outermost (node) level set to `nodes` if given."""
+    info = system_info(name)
+    levels = [Level(**lv) for lv in info["levels"]]
+    if nodes is not None:
+        i = info.get("nodes_level", 0)
+        levels[i] = levels[i].model_copy(update={"count": nodes})
+    return Hierarchy(name=info["name"] if nodes is None else f"{info['name']}x{nodes}", levels=tuple(levels))

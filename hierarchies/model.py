@@ -1,0 +1,136 @@
+"""The system model: a hierarchy of levels, outermost first, with link figures.
+
+A device is a coordinate vector ``(c_0 .. c_{L-1})``, ``0 <= c_l < count_l``;
+its linear rank is the mixed-radix number of that vector with level 0 most
+significant, so the devices of one server have consecutive ranks (as
+``mpirun`` places them by default).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+
+# Defaults for a level that gives no link figures. A level `d` steps out from
+# the innermost one gets DEFAULT_BANDWIDTH_GBPS / BANDWIDTH_STEP**d and
+# DEFAULT_LATENCY_US * LATENCY_STEP**d: each level out is 4x thinner and 3x
+# slower to reach, the rough shape of NVLink -> NIC -> rack uplink.
+DEFAULT_BANDWIDTH_GBPS = 100.0
+BANDWIDTH_STEP = 4.0
+DEFAULT_LATENCY_US = 2.0
+LATENCY_STEP = 3.0
+
+
+class Level(BaseModel):
+    """One level of a hierarchy: `count` children per parent, plus link figures.
+
+    The link figures describe the fabric that joins the `count` children of one
+    parent (the network between nodes for a `node` level, NVLink between GPUs
+    for a `gpu` level):
+
+    * ``bandwidth_GBps``: unidirectional bandwidth one device gets on this fabric
+      (GB/s, 1e9 bytes per second).
+    * ``latency_us``: time of one message hop over this fabric, microseconds.
+    * ``uplink_GBps``: aggregate bandwidth out of one child unit (e.g. all the
+      NICs of a node), shared by that unit's active devices; ``None`` means the
+      devices do not share an uplink (each gets ``bandwidth_GBps``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN, description="level name, e.g. node, socket, gpu")
+    count: int = Field(gt=0, description="children per parent at this level")
+    bandwidth_GBps: float | None = Field(default=None, gt=0, description="per-device bandwidth on this level's fabric, GB/s")
+    latency_us: float | None = Field(default=None, ge=0, description="latency of one hop on this level's fabric, microseconds")
+    uplink_GBps: float | None = Field(default=None, gt=0, description="aggregate bandwidth out of one unit of this level, shared by its devices, GB/s")
+
+
+@dataclass(frozen=True)
+class Link:
+    """Resolved link figures of one level, in SI units (bytes/s, seconds)."""
+
+    bandwidth: float
+    latency: float
+    uplink: float | None
+
+
+class Hierarchy(BaseModel):
+    """A machine as a tree of levels, outermost first (pod > rack > node > gpu)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="custom", description="a name for reports")
+    levels: tuple[Level, ...] = Field(min_length=1, description="levels, outermost first")
+
+    @field_validator("levels")
+    @classmethod
+    def _unique_level_names(cls, levels: tuple[Level, ...]) -> tuple[Level, ...]:
+        names = [lv.name for lv in levels]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"level names must be unique; repeated: {', '.join(duplicates)}")
+        return levels
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Children per parent at each level, outermost first."""
+        return tuple(lv.count for lv in self.levels)
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        """Level names, outermost first."""
+        return tuple(lv.name for lv in self.levels)
+
+    @property
+    def num_devices(self) -> int:
+        """Total number of devices (the product of the level counts)."""
+        return math.prod(self.counts)
+
+    def level_index(self, name: str) -> int:
+        """Index of the level called `name`; KeyError when there is none."""
+        try:
+            return self.level_names.index(name)
+        except ValueError:
+            raise KeyError(name) from None
+
+    def devices_below(self, level: int) -> int:
+        """Devices inside one unit of `level` (the product of the inner counts)."""
+        return math.prod(self.counts[level + 1 :])
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Level coordinates of device `rank` (level 0 most significant)."""
+        out = []
+        for count in reversed(self.counts):
+            rank, c = divmod(rank, count)
+            out.append(c)
+        return tuple(reversed(out))
+
+    def rank(self, coords: tuple[int, ...]) -> int:
+        """Linear rank of the device at level coordinates `coords`."""
+        r = 0
+        for c, count in zip(coords, self.counts, strict=True):
+            r = r * count + c
+        return r
+
+    def link(self, level: int) -> Link:
+        """Link figures of `level`, with the documented defaults filled in."""
+        lv = self.levels[level]
+        depth = len(self.levels) - 1 - level
+        bw = lv.bandwidth_GBps if lv.bandwidth_GBps is not None else DEFAULT_BANDWIDTH_GBPS / BANDWIDTH_STEP**depth
+        lat = lv.latency_us if lv.latency_us is not None else DEFAULT_LATENCY_US * LATENCY_STEP**depth
+        up = lv.uplink_GBps * 1e9 if lv.uplink_GBps is not None else None
+        return Link(bandwidth=bw * 1e9, latency=lat * 1e-6, uplink=up)
+
+    @cached_property
+    def links(self) -> tuple[Link, ...]:
+        """Resolved link figures of every level, outermost first."""
+        return tuple(self.link(i) for i in range(len(self.levels)))
+
+    def describe(self) -> str:
+        """Compact text such as ``node 4 x gpu 8``."""
+        return " x ".join(f"{lv.name} {lv.count}" for lv in self.levels)

@@ -1,0 +1,112 @@
+"""Collectives, requests, steps and programs: the vocabulary every layer shares.
+
+A program is a sequence of steps ``(op, slice)``; a slice is a non-empty set of
+reduced cells. Under a slice, a device's group is every device that agrees with
+it on all digits except those of the slice's cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hierarchies.placement import Cell, Placement
+
+
+class Collective(str, Enum):
+    """The five collectives a step (or a request) can be."""
+
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    REDUCE = "reduce"
+    BROADCAST = "broadcast"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def short(self) -> str:
+        """Two-letter tag used in compact program text."""
+        return _SHORT[self]
+
+
+_SHORT = {
+    Collective.ALL_REDUCE: "AR",
+    Collective.REDUCE_SCATTER: "RS",
+    Collective.ALL_GATHER: "AG",
+    Collective.REDUCE: "R",
+    Collective.BROADCAST: "B",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """A reduction to perform: a collective over the axes with indices `axes`."""
+
+    axes: frozenset[int]
+    collective: Collective = Collective.ALL_REDUCE
+
+    def reduced_cells(self, placement: Placement) -> tuple[Cell, ...]:
+        """The cells of the reduced axes under `placement`, in cell order."""
+        return placement.cells_of(self.axes)
+
+
+@dataclass(frozen=True, order=True)
+class Step:
+    """One collective over the groups defined by `slice` (a sorted tuple of cells)."""
+
+    op: Collective
+    slice: tuple[Cell, ...]
+
+    def __post_init__(self) -> None:
+        if not self.slice:
+            raise ValueError("a step's slice must not be empty")
+        object.__setattr__(self, "slice", tuple(sorted(set(self.slice))))
+
+    def text(self, placement: Placement) -> str:
+        """Readable form such as ``RS(data@gpu)``."""
+        cells = ",".join("@".join(placement.cell_name(c)) for c in self.slice)
+        return f"{self.op.short}({cells})"
+
+    def to_json(self, placement: Placement) -> dict:
+        """The step as in the result JSON: ``{"op": ..., "slice": [[axis, level], ...]}``."""
+        return {"op": self.op.value, "slice": [list(placement.cell_name(c)) for c in self.slice]}
+
+    @staticmethod
+    def from_json(data: dict, placement: Placement) -> "Step":
+        """Parse a step written by :meth:`to_json`; KeyError/ValueError on bad names."""
+        op = Collective(data["op"])
+        cells = tuple(placement.cell_from_names(a, l) for a, l in data["slice"])
+        return Step(op, cells)
+
+
+@dataclass(frozen=True, order=True)
+class Program:
+    """A sequence of steps that together perform a request."""
+
+    steps: tuple[Step, ...]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def text(self, placement: Placement) -> str:
+        """Readable form such as ``RS(data@gpu) -> AR(data@node) -> AG(data@gpu)``."""
+        return " -> ".join(s.text(placement) for s in self.steps)
+
+    def to_json(self, placement: Placement) -> dict:
+        """The program as in the result JSON: ``{"steps": [...]}``."""
+        return {"steps": [s.to_json(placement) for s in self.steps]}
+
+    @staticmethod
+    def from_json(data: dict, placement: Placement) -> "Program":
+        """Parse a program written by :meth:`to_json`."""
+        return Program(tuple(Step.from_json(s, placement) for s in data["steps"]))
+
+
+def default_program(placement: Placement, request: Request) -> Program:
+    """The default: one collective of the requested kind over the whole reduction group."""
+    cells = request.reduced_cells(placement)
+    if not cells:
+        return Program(())
+    return Program((Step(request.collective, cells),))

@@ -1,0 +1,195 @@
+"""The abstract cell-status semantics (DESIGN.md section 4) and the explicit search over it.
+
+The state of the whole system is three sets of reduced cells, kept as bitmasks
+over the reduced-cell indices: ``X`` summed, ``Y`` scattered, ``Z`` rooted
+(only devices with zero digits on ``Z`` are active). Each cell thus has one of
+four statuses: untouched, summed, summed+scattered, summed+rooted. Validity
+depends only on which cells exist, never on their sizes.
+
+Besides the semantics this module holds the explicit searches that serve as
+independent oracles for the Z3 encoding: enumeration of every program within a
+bound, exact counting, and Dijkstra for the cheapest program.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from math import comb
+from typing import Callable, Iterator
+
+from hierarchies.program import Collective
+
+OPS: tuple[Collective, ...] = tuple(Collective)
+
+
+@dataclass(frozen=True, order=True)
+class AbstractState:
+    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted."""
+
+    X: int
+    Y: int
+    Z: int
+
+
+def start_state(collective: Collective, num_cells: int) -> AbstractState:
+    """The abstract start of a request with `num_cells` reduced cells."""
+    full = (1 << num_cells) - 1
+    if collective is Collective.ALL_GATHER:
+        return AbstractState(full, full, 0)  # each device owns one chunk: nothing left to sum
+    if collective is Collective.BROADCAST:
+        return AbstractState(full, 0, full)  # only the root is active and holds everything
+    return AbstractState(0, 0, 0)
+
+
+def is_goal(collective: Collective, state: AbstractState, num_cells: int) -> bool:
+    """Whether `state` meets the goal of `collective`."""
+    full = (1 << num_cells) - 1
+    if collective is Collective.REDUCE_SCATTER:
+        return state == AbstractState(full, full, 0)
+    if collective is Collective.REDUCE:
+        return state.X == full and state.Y == 0
+    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast
+
+
+def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
+    """The state after step ``(op, S)``, or None if the step is invalid there."""
+    if S == 0:
+        return None
+    X, Y, Z = state.X, state.Y, state.Z
+    untouched = S & X == 0
+    if op is Collective.ALL_REDUCE:
+        return AbstractState(X | S, Y, Z) if untouched else None
+    if op is Collective.REDUCE_SCATTER:
+        return AbstractState(X | S, Y | S, Z) if untouched else None
+    if op is Collective.REDUCE:
+        return AbstractState(X | S, Y, Z | S) if untouched else None
+    if op is Collective.ALL_GATHER:
+        return AbstractState(X, Y & ~S, Z) if S & ~Y == 0 else None
+    # broadcast
+    return AbstractState(X, Y, Z & ~S) if S & ~Z == 0 else None
+
+
+def run(collective: Collective, num_cells: int, steps: list[tuple[Collective, int]]) -> AbstractState | None:
+    """Final abstract state of a program given as (op, slice mask) pairs; None if a step is invalid."""
+    state = start_state(collective, num_cells)
+    for op, S in steps:
+        state = apply(state, op, S)
+        if state is None:
+            return None
+    return state
+
+
+def successors(state: AbstractState, num_cells: int) -> Iterator[tuple[Collective, int, AbstractState]]:
+    """Every valid step from `state` with the state it leads to."""
+    full = (1 << num_cells) - 1
+    eligible = {
+        Collective.ALL_REDUCE: full & ~state.X,
+        Collective.REDUCE_SCATTER: full & ~state.X,
+        Collective.REDUCE: full & ~state.X,
+        Collective.ALL_GATHER: state.Y,
+        Collective.BROADCAST: state.Z,
+    }
+    for op in OPS:
+        mask = eligible[op]
+        S = mask
+        while S:  # every non-empty subset of `mask`
+            nxt = apply(state, op, S)
+            assert nxt is not None
+            yield op, S, nxt
+            S = (S - 1) & mask
+
+
+def enumerate_programs(collective: Collective, num_cells: int, max_steps: int) -> Iterator[tuple[tuple[Collective, int], ...]]:
+    """Every valid program of at most `max_steps` steps, as tuples of (op, slice mask)."""
+
+    def walk(state: AbstractState, prefix: tuple, depth: int) -> Iterator[tuple]:
+        if is_goal(collective, state, num_cells):
+            yield prefix
+        if depth == max_steps:
+            return
+        for op, S, nxt in successors(state, num_cells):
+            yield from walk(nxt, prefix + ((op, S),), depth + 1)
+
+    yield from walk(start_state(collective, num_cells), (), 0)
+
+
+def count_programs(collective: Collective, num_cells: int, max_steps: int) -> int:
+    """Exact number of valid programs of 1..`max_steps` steps.
+
+    Cells are interchangeable, so the state is folded to how many cells have
+    each status; a step picks j cells of the eligible status (C(n, j) ways).
+    """
+    return _count(collective, num_cells, max_steps)
+
+
+# status indices: untouched, summed, summed+scattered, summed+rooted, and a
+# fifth for all_gather's "scattered, nothing to sum" which behaves like 2.
+_U, _S, _SS, _SR = range(4)
+
+
+@lru_cache(maxsize=None)
+def _count(collective: Collective, C: int, K: int) -> int:
+    start = {
+        Collective.ALL_GATHER: (0, 0, C, 0),
+        Collective.BROADCAST: (0, 0, 0, C),
+    }.get(collective, (C, 0, 0, 0))
+
+    def goal(n: tuple[int, int, int, int]) -> bool:
+        if collective is Collective.REDUCE_SCATTER:
+            return n == (0, 0, C, 0)
+        if collective is Collective.REDUCE:
+            return n[_U] == 0 and n[_SS] == 0
+        return n == (0, C, 0, 0)
+
+    moves = [(_U, _S), (_U, _SS), (_U, _SR), (_SS, _S), (_SR, _S)]  # AR, RS, R, AG, B
+
+    layer = {start: 1}
+    total = 0
+    for _ in range(K):
+        nxt: dict[tuple, int] = {}
+        for n, ways in layer.items():
+            for src, dst in moves:
+                for j in range(1, n[src] + 1):
+                    m = list(n)
+                    m[src] -= j
+                    m[dst] += j
+                    key = tuple(m)
+                    nxt[key] = nxt.get(key, 0) + ways * comb(n[src], j)
+        layer = nxt
+        total += sum(w for n, w in layer.items() if goal(n))
+    if goal(start):
+        total += 0  # the empty program is not counted: a program has at least one step
+    return total
+
+
+def cheapest(
+    collective: Collective,
+    num_cells: int,
+    max_steps: int,
+    step_cost: Callable[[AbstractState, Collective, int], float],
+) -> tuple[float, tuple[tuple[Collective, int], ...]] | None:
+    """Dijkstra over (state, steps taken): the cheapest program within `max_steps`, or None."""
+    start = start_state(collective, num_cells)
+    tie = itertools.count()
+    heap = [(0.0, next(tie), start, 0, ())]
+    done: set[tuple[AbstractState, int]] = set()
+    while heap:
+        cost, _, state, depth, prog = heapq.heappop(heap)
+        if prog and is_goal(collective, state, num_cells):
+            return cost, prog
+        if (state, depth) in done:
+            continue
+        done.add((state, depth))
+        if depth == max_steps:
+            continue
+        for op, S, nxt in successors(state, num_cells):
+            heapq.heappush(heap, (cost + step_cost(state, op, S), next(tie), nxt, depth + 1, prog + ((op, S),)))
+    return None
+
+
+def all_masks(num_cells: int) -> list[int]:
+    """Every non-empty slice mask over `num_cells` cells."""
+    return list(range(1, 1 << num_cells))

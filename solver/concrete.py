@@ -1,0 +1,202 @@
+"""The concrete per-device semantics (DESIGN.md section 3): the reference checker.
+
+It simulates every device: an ``active`` flag and a map chunk -> contribution
+set (which devices' inputs are summed into that chunk, as a bitmask over
+ranks). It knows nothing of the abstract cell statuses; it is the independent
+check every reported program must pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import product
+
+from hierarchies.placement import Cell, Placement
+from hierarchies.program import Collective, Program, Request, Step
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of running a program on every device: `ok` iff valid and the goal is reached."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass
+class DeviceState:
+    """What one device holds: active or not, and chunk id -> contributor bitmask."""
+
+    active: bool
+    chunks: dict[tuple[int, ...], int]
+
+
+class InvalidStep(Exception):
+    """A step whose preconditions fail on some group."""
+
+
+class ConcreteChecker:
+    """Simulates programs for one request on one placement, device by device."""
+
+    def __init__(self, placement: Placement, request: Request):
+        self.placement = placement
+        self.request = request
+        self.cells: tuple[Cell, ...] = request.reduced_cells(placement)
+        self.n = placement.num_devices
+        # reduced coordinate of each device = its digits on the reduced cells (the chunk it "owns")
+        self.coord = [tuple(placement.digits(r).get(c, 0) for c in self.cells) for r in range(self.n)]
+        self.all_chunks = list(product(*(range(placement.factor(c)) for c in self.cells)))
+        self.group_of = self._reduction_groups()
+
+    def _reduction_groups(self) -> list[int]:
+        """Bitmask of each device's reduction group: devices equal to it off the reduced cells."""
+        key = {}
+        groups = []
+        for r in range(self.n):
+            d = self.placement.digits(r)
+            k = tuple((c, v) for c, v in sorted(d.items()) if c not in self.cells)
+            key.setdefault(k, 0)
+            key[k] |= 1 << r
+            groups.append(k)
+        return [key[k] for k in groups]
+
+    def root_of_group(self, rank: int) -> int:
+        """The reduction-group root of `rank`: the member with reduced coordinate 0."""
+        d = dict(self.placement.digits(rank))
+        for c in self.cells:
+            d[c] = 0
+        return self.placement.rank_of_digits(d)
+
+    # -- start and goal --------------------------------------------------
+    def start(self) -> list[DeviceState]:
+        """Initial state of every device for the request's collective."""
+        col = self.request.collective
+        states = []
+        for r in range(self.n):
+            if col is Collective.ALL_GATHER:
+                states.append(DeviceState(True, {self.coord[r]: 1 << r}))
+            elif col is Collective.BROADCAST:
+                is_root = not any(self.coord[r])
+                states.append(DeviceState(is_root, {k: 1 << r for k in self.all_chunks} if is_root else {}))
+            else:
+                states.append(DeviceState(True, {k: 1 << r for k in self.all_chunks}))
+        return states
+
+    def goal_failure(self, states: list[DeviceState]) -> str:
+        """Empty if every device meets the request's goal, else why not."""
+        col = self.request.collective
+        for r, st in enumerate(states):
+            group = self.group_of[r]
+            root = self.root_of_group(r)
+            if col is Collective.ALL_REDUCE:
+                want = {k: group for k in self.all_chunks}
+            elif col is Collective.REDUCE_SCATTER:
+                want = {self.coord[r]: group}
+            elif col is Collective.ALL_GATHER:
+                want = {k: 1 << self._owner(r, k) for k in self.all_chunks}
+            elif col is Collective.BROADCAST:
+                want = {k: 1 << root for k in self.all_chunks}
+            else:  # reduce: only the root is held to the goal
+                if r != root:
+                    continue
+                want = {k: group for k in self.all_chunks}
+            if not st.active or st.chunks != want:
+                return f"device {r} does not hold the {col.value} result"
+        return ""
+
+    def _owner(self, rank: int, chunk: tuple[int, ...]) -> int:
+        d = dict(self.placement.digits(rank))
+        d.update(zip(self.cells, chunk))
+        return self.placement.rank_of_digits(d)
+
+    # -- steps -------------------------------------------------------------
+    def groups(self, step: Step) -> list[list[int]]:
+        """The device groups of `step`, each ordered by the members' digits on the slice."""
+        out: dict[tuple, list[tuple[tuple[int, ...], int]]] = {}
+        for r in range(self.n):
+            d = self.placement.digits(r)
+            key = tuple((c, v) for c, v in sorted(d.items()) if c not in step.slice)
+            out.setdefault(key, []).append((tuple(d.get(c, 0) for c in step.slice), r))
+        return [[r for _, r in sorted(members)] for members in out.values()]
+
+    def apply(self, states: list[DeviceState], step: Step) -> None:
+        """Apply `step` to every group at once, in place; InvalidStep if a precondition fails."""
+        positions = {c: i for i, c in enumerate(self.cells)}
+        if any(c not in positions for c in step.slice):
+            raise InvalidStep(f"{step.op.value} slice has a cell that is not reduced")
+        idx = [positions[c] for c in step.slice]
+        for members in self.groups(step):
+            self._apply_group(states, step, members, idx)
+
+    def _apply_group(self, states: list[DeviceState], step: Step, members: list[int], idx: list[int]) -> None:
+        op = step.op
+        sts = [states[m] for m in members]
+        if not any(s.active for s in sts):
+            return
+        root = members[0]  # members are sorted by slice digits: the first has all zeros
+        if op is Collective.BROADCAST:
+            if not states[root].active or any(states[m].active for m in members[1:]):
+                raise InvalidStep("broadcast needs an active root and inactive members")
+            for m in members[1:]:
+                states[m] = DeviceState(True, dict(states[root].chunks))
+            return
+        if not all(s.active for s in sts):
+            raise InvalidStep(f"{op.value} on a group with inactive members")
+        if op is Collective.ALL_GATHER:
+            keys = [set(s.chunks) for s in sts]
+            if len({len(k) for k in keys}) != 1 or sum(len(k) for k in keys) != len(set().union(*keys)):
+                raise InvalidStep("all_gather needs disjoint, equally large chunk sets")
+            union = {k: v for s in sts for k, v in s.chunks.items()}
+            for m in members:
+                states[m] = DeviceState(True, dict(union))
+            return
+        # all_reduce, reduce_scatter, reduce: same chunk set, disjoint contributions
+        chunk_set = set(sts[0].chunks)
+        if any(set(s.chunks) != chunk_set for s in sts):
+            raise InvalidStep(f"{op.value} needs the same chunk set on every member")
+        summed = {}
+        for k in chunk_set:
+            total = 0
+            for s in sts:
+                if total & s.chunks[k]:
+                    raise InvalidStep(f"{op.value} would count a contribution twice")
+                total |= s.chunks[k]
+            summed[k] = total
+        if op is Collective.ALL_REDUCE:
+            for m in members:
+                states[m] = DeviceState(True, dict(summed))
+        elif op is Collective.REDUCE:
+            states[root] = DeviceState(True, summed)
+            for m in members[1:]:
+                states[m] = DeviceState(False, {})
+        else:  # reduce_scatter: member m keeps the chunks whose slice digits equal its own
+            by_part: dict[tuple[int, ...], dict] = {}
+            for k, v in summed.items():
+                by_part.setdefault(tuple(k[i] for i in idx), {})[k] = v
+            sizes = {len(v) for v in by_part.values()}
+            parts = math.prod(self.placement.factor(self.cells[i]) for i in idx)
+            if len(by_part) != parts or len(sizes) != 1:
+                raise InvalidStep("reduce_scatter needs a chunk set that splits evenly over the group")
+            for m in members:
+                mine = tuple(self.coord[m][i] for i in idx)
+                states[m] = DeviceState(True, by_part[mine])
+
+    def check(self, program: Program) -> CheckResult:
+        """Run `program` on every device; ok iff every step is valid and the goal is reached."""
+        states = self.start()
+        for i, step in enumerate(program.steps):
+            try:
+                self.apply(states, step)
+            except InvalidStep as e:
+                return CheckResult(False, f"step {i + 1} {step.op.value}: {e}")
+        failure = self.goal_failure(states)
+        return CheckResult(not failure, failure)
+
+
+def check_program(placement: Placement, request: Request, program: Program) -> CheckResult:
+    """Check `program` for `request` on `placement` with the concrete per-device semantics."""
+    return ConcreteChecker(placement, request).check(program)

@@ -1,0 +1,176 @@
+"""The cost model: predicted time of each step and program (DESIGN.md section 6).
+
+A cost model is written once, against a tiny :class:`Algebra` (``ite``, ``any``,
+``is_op``, arithmetic with constants). Evaluated with :class:`PyAlgebra` on
+concrete booleans it gives seconds as floats; evaluated with the Z3 algebra of
+``encodings`` on symbolic booleans it gives the same expression as a Z3 term, so
+the synthesizer minimises exactly the cost that the report prints.
+
+Every term is a product of per-cell factors chosen by booleans, applied one at
+a time to a running value, so the symbolic form stays in linear real arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from hierarchies.placement import Placement
+from hierarchies.program import Collective, Program, Request
+from solver.abstract import AbstractState, start_state
+
+
+class Algebra(Protocol):
+    """The few operations a cost model may use besides +, -, * and / by constants."""
+
+    def ite(self, cond: Any, then: Any, other: Any) -> Any: ...
+
+    def any(self, conds: Sequence[Any]) -> Any: ...
+
+    def is_op(self, op: Any, which: Collective) -> Any: ...
+
+
+class PyAlgebra:
+    """Concrete evaluation: booleans are bools, values are floats."""
+
+    def ite(self, cond: bool, then: float, other: float) -> float:
+        return then if cond else other
+
+    def any(self, conds: Sequence[bool]) -> bool:
+        return any(conds)
+
+    def is_op(self, op: Collective, which: Collective) -> bool:
+        return op is which
+
+
+PY = PyAlgebra()
+
+
+class CostModel(Protocol):
+    """What the search needs of a cost model: the time of one step in a given abstract state.
+
+    `S`, `Y`, `Z` are per-reduced-cell booleans (the step's slice, the scattered
+    and the rooted cells before the step); `op` is the step's collective.
+    """
+
+    def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any: ...
+
+
+def mask_bits(mask: int, n: int) -> list[bool]:
+    """Bitmask -> list of booleans over `n` cells."""
+    return [bool(mask >> i & 1) for i in range(n)]
+
+
+def step_seconds(model: CostModel, state: AbstractState, op: Collective, S: int, n: int) -> float:
+    """Predicted seconds of step ``(op, S)`` taken in abstract `state`."""
+    return float(model.step_time(PY, op, mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n)))
+
+
+def program_seconds(model: CostModel, placement: Placement, request: Request, program: Program) -> list[float]:
+    """Predicted seconds of each step of `program` (which must be valid)."""
+    from solver.abstract import apply
+
+    cells = request.reduced_cells(placement)
+    index = {c: i for i, c in enumerate(cells)}
+    n = len(cells)
+    state = start_state(request.collective, n)
+    times = []
+    for step in program.steps:
+        S = sum(1 << index[c] for c in step.slice)
+        times.append(step_seconds(model, state, step.op, S, n))
+        nxt = apply(state, step.op, S)
+        if nxt is None:
+            raise ValueError(f"program is not valid for this request: {program.text(placement)}")
+        state = nxt
+    return times
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """First cost model: per-level alpha-beta with collective volume factors.
+
+    For a step ``(op, S)`` with group size ``k`` in a state where a device holds
+    ``m`` bytes (``message / prod of scattered factors``):
+
+    * bytes each member sends ``V``: all_reduce ``2(k-1)/k m``, reduce_scatter
+      ``(k-1)/k m``, all_gather ``(k-1) m``, reduce and broadcast ``m``;
+    * latency: ``rounds * alpha`` of the slowest level the group spans, with
+      ``2(k-1)`` rounds for all_reduce and ``k-1`` otherwise (ring/chain);
+    * bandwidth: for each level ``l`` the group spans, the traffic leaving one
+      level-``l`` unit is ``V`` per group crossing it; with ``A`` active devices
+      in a unit and ``g`` group members in it, ``A/g`` groups cross at once, on
+      ``min(uplink, A * bandwidth)`` bytes/s. The step takes the slowest level.
+    """
+
+    placement: Placement
+    request: Request
+    message_bytes: float
+
+    def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
+        """Predicted seconds of one step (see the class docstring)."""
+        cells = self.request.reduced_cells(self.placement)
+        factors = [self.placement.factor(c) for c in cells]
+        levels = [c.level for c in cells]
+        h = self.placement.hierarchy
+
+        m = self.message_bytes
+        for y, p in zip(Y, factors):
+            m = alg.ite(y, m * (1.0 / p), m)
+        m_over_k, m_times_k, k = m, m, 1.0
+        for s, p in zip(S, factors):
+            m_over_k = alg.ite(s, m_over_k * (1.0 / p), m_over_k)
+            m_times_k = alg.ite(s, m_times_k * p, m_times_k)
+            k = alg.ite(s, k * p, k)
+
+        is_ar = alg.is_op(op, Collective.ALL_REDUCE)
+        is_rs = alg.is_op(op, Collective.REDUCE_SCATTER)
+        is_ag = alg.is_op(op, Collective.ALL_GATHER)
+        volume = alg.ite(is_ar, (m - m_over_k) * 2.0, alg.ite(is_rs, m - m_over_k, alg.ite(is_ag, m_times_k - m, m)))
+        rounds = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
+
+        spans = [alg.any([s for s, lv in zip(S, levels) if lv == l]) for l in range(len(h.levels))]
+        latency = 0.0
+        for l in sorted(range(len(h.levels)), key=lambda l: h.links[l].latency):  # slowest wins: applied last
+            latency = alg.ite(spans[l], rounds * h.links[l].latency, latency)
+
+        bw_time = 0.0
+        for l in range(len(h.levels)):
+            if not any(lv == l for lv in levels):
+                continue
+            t = self._level_time(alg, l, volume, S, Z, factors, levels)
+            bw_time = alg.ite(spans[l], alg.ite(t > bw_time, t, bw_time), bw_time)
+        return latency + bw_time
+
+    def _level_time(self, alg: Algebra, l: int, volume: Any, S: Sequence[Any], Z: Sequence[Any],
+                    factors: list[int], levels: list[int]) -> Any:
+        """Seconds to push the step's traffic across level `l`'s fabric."""
+        link = self.placement.hierarchy.links[l]
+        inner = [i for i, lv in enumerate(levels) if lv > l]
+        # per-device limit: V / (g * bandwidth), g = group members inside one unit
+        per_device = volume * (1.0 / link.bandwidth)
+        for i in inner:
+            per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
+        if link.uplink is None:
+            return per_device
+        # shared uplink: (A / g) groups * V / uplink, A = active devices in one unit
+        shared = volume * (self.placement.hierarchy.devices_below(l) / link.uplink)
+        for i in inner:
+            shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
+            shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
+        return alg.ite(shared > per_device, shared, per_device)
+
+
+def cost_model(placement: Placement, request: Request, message_bytes: float) -> CostModel:
+    """The default cost model for a request on a placement."""
+    return AlphaBeta(placement, request, message_bytes)
+
+
+def effective_cells(placement: Placement, request: Request) -> int:
+    """Number of reduced cells (the abstract search's width)."""
+    return len(request.reduced_cells(placement))
+
+
+def group_size(placement: Placement, request: Request) -> int:
+    """Devices per reduction group, ``G``."""
+    return math.prod(placement.axes[a].size for a in request.axes)
