@@ -1,0 +1,71 @@
+"""The result JSON of ``python -m solver.run --out`` (other tools read it: keep its fields)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from solver.search import Ranked, Solution
+from solver.spec import Problem
+
+
+def ranked_json(r: Ranked, solution: Solution, with_verified: bool = True) -> dict:
+    """A program entry: steps, predicted cost, per-step costs, and the check outcome."""
+    out = r.program.to_json(solution.placement)
+    out["cost_s"] = r.cost_s
+    out["step_costs_s"] = list(r.step_costs_s)
+    if with_verified:
+        out["verified"] = r.verified
+    return out
+
+
+def solution_json(s: Solution) -> dict:
+    """One placement's entry for a single request."""
+    return {
+        "matrix": [list(row) for row in s.placement.matrix],
+        "description": s.placement.describe(),
+        "program_count": s.program_count,
+        "optimal": s.optimal,
+        "timed_out": s.timed_out,
+        "default": ranked_json(s.default, s, with_verified=False),
+        "speedup": s.speedup,
+        "programs": [ranked_json(r, s) for r in s.programs],
+    }
+
+
+def problem_header(problem: Problem) -> dict:
+    """The echoed inputs at the top of a result."""
+    spec = problem.spec
+    out = {
+        "hierarchy": problem.hierarchy.model_dump(mode="json"),
+        "axes": [a.model_dump() for a in problem.axes],
+    }
+    if spec.request is not None:
+        out["request"] = spec.request.model_dump(mode="json")
+    out["message_bytes"] = spec.message_bytes
+    out["max_steps"] = spec.max_steps
+    return out
+
+
+def single_request_result(problem: Problem, solutions: list[Solution], complete: bool) -> dict:
+    """The whole result for a single-request spec; placements best first."""
+    out = problem_header(problem)
+    out["complete"] = complete
+    out["placements"] = [solution_json(s) for s in solutions]
+    return out
+
+
+def write_json_atomic(data: dict, path: str | Path) -> None:
+    """Write `data` as JSON to `path` via a temporary file, so no half-written file is ever left."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

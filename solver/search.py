@@ -1,0 +1,133 @@
+"""Search: for one request on one placement, the ranked programs with proof and check.
+
+Z3 (``encodings.programs``) finds the programs; every one is decoded, checked
+by the concrete semantics (``solver.verify``) and costed by the same cost model
+the encoding minimised. The exact number of valid programs comes from the
+abstract semantics (``solver.abstract.count_programs``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from encodings.errors import SolverTimeout
+from encodings.programs import Deadline, ProgramSketch, RawProgram
+from hierarchies.placement import Placement
+from hierarchies.program import Program, Request, Step, default_program
+from solver.abstract import count_programs
+from solver.cost import CostModel, cost_model, program_seconds
+from solver.verify import verifier
+
+# `--top all` refuses to list more programs than this per placement.
+LIST_ALL_LIMIT = 20_000
+
+
+class VerificationError(Exception):
+    """A program found by Z3 failed the concrete checker: an encoding bug, never reported as a result."""
+
+
+class TooManyPrograms(Exception):
+    """`--top all` on a space too large to list."""
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A program with its predicted time (and per-step times) and its check outcome."""
+
+    program: Program
+    cost_s: float
+    step_costs_s: tuple[float, ...]
+    verified: bool
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What the search established for one request on one placement."""
+
+    placement: Placement
+    request: Request
+    message_bytes: int
+    default: Ranked
+    programs: tuple[Ranked, ...]
+    program_count: int | None
+    optimal: bool
+    timed_out: bool = False
+
+    @property
+    def best(self) -> Ranked | None:
+        """The cheapest program found, if any."""
+        return self.programs[0] if self.programs else None
+
+    @property
+    def speedup(self) -> float:
+        """Predicted default time / best time (1.0 when nothing beats it)."""
+        best = self.best
+        if best is None or best.cost_s <= 0:
+            return 1.0
+        return self.default.cost_s / best.cost_s
+
+
+def to_program(raw: RawProgram, placement: Placement, request: Request) -> Program:
+    """Decode (collective, slice mask) pairs into a Program over `placement`'s cells."""
+    cells = request.reduced_cells(placement)
+    steps = tuple(Step(op, tuple(c for i, c in enumerate(cells) if mask >> i & 1)) for op, mask in raw)
+    return Program(steps)
+
+
+def rank(program: Program, placement: Placement, request: Request, model: CostModel) -> Ranked:
+    """Check `program` concretely and cost it; VerificationError if the check fails."""
+    result = verifier(placement, request).check(program)
+    if not result.ok:
+        raise VerificationError(f"{program.text(placement)}: {result.reason}")
+    steps = tuple(program_seconds(model, placement, request, program))
+    return Ranked(program, math.fsum(steps), steps, verified=True)
+
+
+def solve(
+    placement: Placement,
+    request: Request,
+    message_bytes: int,
+    max_steps: int,
+    top: int | None = 5,
+    deadline: Deadline | None = None,
+) -> Solution:
+    """Rank programs for `request` on `placement`: the `top` cheapest (None: all of them).
+
+    The first program is proved cheapest within `max_steps` unless the
+    deadline ran out (then ``timed_out`` is set and ``optimal`` is False).
+    """
+    deadline = deadline or Deadline(None)
+    model = cost_model(placement, request, message_bytes)
+    n_cells = len(request.reduced_cells(placement))
+    default = rank(default_program(placement, request), placement, request, model) if n_cells else Ranked(Program(()), 0.0, (), True)
+    if n_cells == 0:  # nothing to reduce: the reduction group is a single device
+        return Solution(placement, request, message_bytes, default, (default,), 1, True)
+    count = count_programs(request.collective, n_cells, max_steps)
+    sketch = ProgramSketch(request.collective, n_cells, max_steps, model.step_time)
+    if top is None:
+        if count > LIST_ALL_LIMIT:
+            raise TooManyPrograms(f"{count} programs within {max_steps} steps")
+        raws = list(sketch.enumerate(deadline))
+        ranked = sorted((rank(to_program(r, placement, request), placement, request, model) for r in raws), key=_order)
+        if len(ranked) != count:
+            raise VerificationError(f"Z3 listed {len(ranked)} programs, the abstract count is {count}")
+        return Solution(placement, request, message_bytes, default, tuple(ranked), count, True)
+    timed_out = False
+    try:
+        found = sketch.top(top, deadline)
+    except SolverTimeout:
+        found, timed_out = [], True
+    ranked = []
+    for r in found:
+        item = rank(to_program(r.program, placement, request), placement, request, model)
+        if not math.isclose(item.cost_s, r.cost, rel_tol=1e-6, abs_tol=1e-15):
+            raise VerificationError(f"cost mismatch: Z3 {r.cost} vs model {item.cost_s} for {item.program.text(placement)}")
+        ranked.append(item)
+    proved = bool(found) and found[0].proved
+    timed_out = timed_out or len(found) < min(top, count) or any(not r.proved for r in found)
+    return Solution(placement, request, message_bytes, default, tuple(sorted(ranked, key=_order)), count, proved, timed_out)
+
+
+def _order(r: Ranked) -> tuple:
+    return (round(r.cost_s, 15), len(r.program), r.program)

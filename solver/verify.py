@@ -1,0 +1,63 @@
+"""Independent verification of synthesized programs with the concrete semantics.
+
+Validity depends only on which cells exist, not on their sizes (DESIGN.md
+section 4), so a program for a large system is checked on a *miniature*: the
+same reduced cells, each shrunk to factor 2 (other axes' cells dropped when
+the system is too large to simulate device by device).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from hierarchies.model import Hierarchy, Level
+from hierarchies.placement import Axis, Cell, Placement
+from hierarchies.program import Program, Request
+from solver.concrete import CheckResult, ConcreteChecker
+
+# Largest devices x chunks simulated directly; beyond it, a miniature.
+DIRECT_LIMIT = 1 << 14
+
+
+def miniature(placement: Placement, request: Request) -> Placement:
+    """A small placement with the same reduced cells, each of factor 2.
+
+    Non-reduced cells keep factor 2 while the miniature stays within
+    DIRECT_LIMIT, else they shrink to 1 (one reduction group).
+    """
+    reduced = set(request.reduced_cells(placement))
+    others = [c for c in placement.cells if c not in reduced]
+    keep_others = 2 ** (len(reduced) * 2 + len(others)) <= DIRECT_LIMIT
+    kept = reduced | (set(others) if keep_others else set())
+    matrix = tuple(
+        tuple(2 if Cell(a, l) in kept else 1 for l in range(len(placement.hierarchy.levels)))
+        for a in range(len(placement.axes))
+    )
+    levels = tuple(
+        Level(**{**lv.model_dump(), "count": math.prod(row[l] for row in matrix)})
+        for l, lv in enumerate(placement.hierarchy.levels)
+    )
+    axes = tuple(Axis(name=ax.name, size=math.prod(row)) for ax, row in zip(placement.axes, matrix))
+    return Placement(Hierarchy(name=f"{placement.hierarchy.name}-miniature", levels=levels), axes, matrix)
+
+
+class Verifier:
+    """Checks programs for one request on one placement, directly or on its miniature."""
+
+    def __init__(self, placement: Placement, request: Request):
+        g = math.prod(placement.factor(c) for c in request.reduced_cells(placement))
+        self.on_miniature = placement.num_devices * g > DIRECT_LIMIT
+        self.target = miniature(placement, request) if self.on_miniature else placement
+        self.checker = ConcreteChecker(self.target, request)
+
+    def check(self, program: Program) -> CheckResult:
+        """Run `program` through the concrete per-device semantics."""
+        # a cell keeps its (axis, level) identity in the miniature, so steps carry over as they are
+        return self.checker.check(program)
+
+
+@lru_cache(maxsize=256)
+def verifier(placement: Placement, request: Request) -> Verifier:
+    """A cached verifier for `placement` and `request`."""
+    return Verifier(placement, request)

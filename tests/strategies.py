@@ -1,0 +1,42 @@
+"""Hypothesis strategies shared by the tests: random placements, requests and programs."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import strategies as st
+
+from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from hierarchies.program import Program, Step
+
+
+@st.composite
+def placements(draw, max_devices: int = 48, max_axes: int = 3, max_levels: int = 3) -> Placement:
+    """A random placement: draw the matrix, derive axis sizes and level counts from it."""
+    n_axes = draw(st.integers(1, max_axes))
+    n_levels = draw(st.integers(1, max_levels))
+    matrix = draw(
+        st.lists(st.lists(st.sampled_from([1, 1, 2, 2, 3, 4]), min_size=n_levels, max_size=n_levels),
+                 min_size=n_axes, max_size=n_axes).filter(lambda m: math.prod(map(math.prod, m)) <= max_devices)
+    )
+    levels = tuple(Level(name=f"L{l}", count=math.prod(row[l] for row in matrix)) for l in range(n_levels))
+    axes = tuple(Axis(name=f"a{a}", size=math.prod(row)) for a, row in enumerate(matrix))
+    return Placement(Hierarchy(name="random", levels=levels), axes, tuple(map(tuple, matrix)))
+
+
+@st.composite
+def requests(draw, placement: Placement) -> Request:
+    """A random request over a non-empty subset of the placement's axes."""
+    axes = draw(st.sets(st.integers(0, len(placement.axes) - 1), min_size=1))
+    return Request(frozenset(axes), draw(st.sampled_from(list(Collective))))
+
+
+@st.composite
+def random_programs(draw, placement: Placement, request: Request, max_steps: int = 4) -> Program:
+    """A random (usually invalid) program over the request's reduced cells."""
+    cells = request.reduced_cells(placement)
+    steps = draw(st.lists(
+        st.tuples(st.sampled_from(list(Collective)), st.sets(st.sampled_from(cells), min_size=1)),
+        min_size=1, max_size=max_steps,
+    ))
+    return Program(tuple(Step(op, tuple(sorted(s))) for op, s in steps))

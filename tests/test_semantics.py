@@ -1,0 +1,155 @@
+"""The two semantics agree, the counts of DESIGN.md section 4 hold, and Z3 matches the explicit oracle."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from encodings.programs import ProgramSketch
+from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from hierarchies.program import Program, Step
+from solver import abstract
+from solver.concrete import ConcreteChecker, InvalidStep, check_program
+from solver.search import to_program
+from tests.strategies import placements, random_programs, requests
+
+AR, RS, AG, R, B = Collective
+
+
+@pytest.mark.parametrize("cells,counts", [
+    (1, [1, 3, 3]),
+    (2, [1, 5, 25, 49]),
+    (3, [1, 9, 75, 399, 1239, 1959]),
+])
+def test_sanity_counts(cells, counts):
+    assert [abstract.count_programs(AR, cells, k) for k in range(1, len(counts) + 1)] == counts
+
+
+def test_sanity_count_four_cells_eight_steps():
+    assert abstract.count_programs(AR, 4, 8) == 146_713
+
+
+@pytest.mark.parametrize("cells,steps", [(1, 3), (2, 4), (3, 4)])
+def test_explicit_enumeration_matches_the_count(cells, steps):
+    for col in Collective:
+        listed = list(abstract.enumerate_programs(col, cells, steps))
+        assert len(listed) == len(set(listed)) == abstract.count_programs(col, cells, steps)
+
+
+def _two_by_four():
+    h = Hierarchy(levels=(Level(name="node", count=2), Level(name="gpu", count=4)))
+    return Placement(h, (Axis(name="data", size=8),), ((2, 4),))
+
+
+def test_node2_gpu4_data8_has_exactly_49_programs_all_concretely_correct():
+    p = _two_by_four()
+    req = Request(frozenset({0}))
+    node, gpu = p.cells
+    sketch = ProgramSketch(AR, 2, 4)
+    programs = {to_program(raw, p, req) for raw in sketch.enumerate()}
+    assert len(programs) == 49
+    checker = ConcreteChecker(p, req)
+    assert all(checker.check(prog).ok for prog in programs)
+    assert Program((Step(AR, (node, gpu)),)) in programs
+    assert Program((Step(RS, (gpu,)), Step(AR, (node,)), Step(AG, (gpu,)))) in programs
+    assert Program((Step(R, (gpu,)), Step(AR, (node,)), Step(B, (gpu,)))) in programs
+    # and the explicit enumerator lists the same set
+    assert programs == {to_program(raw, p, req) for raw in abstract.enumerate_programs(AR, 2, 4)}
+
+
+def test_concrete_checker_rejects_double_counting_and_wrong_order():
+    p = _two_by_four()
+    req = Request(frozenset({0}))
+    node, gpu = p.cells
+    assert "twice" in check_program(p, req, Program((Step(AR, (gpu,)), Step(AR, (gpu,)), Step(AR, (node,))))).reason
+    assert not check_program(p, req, Program((Step(AG, (gpu,)), Step(AR, (node, gpu))))).ok
+    assert not check_program(p, req, Program((Step(RS, (gpu,)), Step(AR, (node,))))).ok  # goal not reached
+    assert "inactive" in check_program(p, req, Program((Step(R, (gpu,)), Step(AR, (node, gpu))))).reason
+
+
+def _abstract_trace(p, req, program):
+    """Abstract state after each step (None from the first invalid step on)."""
+    cells = req.reduced_cells(p)
+    state = abstract.start_state(req.collective, len(cells))
+    out = []
+    for step in program.steps:
+        mask = sum(1 << cells.index(c) for c in step.slice)
+        state = None if state is None else abstract.apply(state, step.op, mask)
+        out.append(state)
+    return out
+
+
+def _concrete_trace(p, req, program):
+    """Whether each prefix is valid under the concrete semantics, and the goal outcome."""
+    checker = ConcreteChecker(p, req)
+    states = checker.start()
+    valid = []
+    ok = True
+    for step in program.steps:
+        if ok:
+            try:
+                checker.apply(states, step)
+            except InvalidStep:
+                ok = False
+        valid.append(ok)
+    return valid, ok and not checker.goal_failure(states)
+
+
+@st.composite
+def _case(draw, valid_only):
+    p = draw(placements())
+    req = draw(requests(p))
+    cells = req.reduced_cells(p)
+    if not cells:
+        return p, req, Program(())
+    if valid_only:
+        listed = list(abstract.enumerate_programs(req.collective, len(cells), 3 if len(cells) <= 3 else 2))
+        raw = draw(st.sampled_from(listed))
+        return p, req, to_program(raw, p, req)
+    return p, req, draw(random_programs(p, req))
+
+
+@given(_case(valid_only=False))
+def test_semantics_agree_on_random_programs(case):
+    p, req, program = case
+    if not program.steps:
+        return
+    abstract_states = _abstract_trace(p, req, program)
+    concrete_valid, concrete_goal = _concrete_trace(p, req, program)
+    assert [s is not None for s in abstract_states] == concrete_valid
+    final = abstract_states[-1]
+    n = len(req.reduced_cells(p))
+    assert (final is not None and abstract.is_goal(req.collective, final, n)) == concrete_goal
+
+
+@st.composite
+def _mutated(draw):
+    """A valid program with one step's op or slice replaced: near misses of the semantics."""
+    p, req, program = draw(_case(valid_only=True))
+    if not program.steps:
+        return p, req, program
+    cells = req.reduced_cells(p)
+    i = draw(st.integers(0, len(program.steps) - 1))
+    op = draw(st.sampled_from(list(Collective)))
+    sl = tuple(sorted(draw(st.sets(st.sampled_from(cells), min_size=1))))
+    steps = list(program.steps)
+    steps[i] = Step(op, sl)
+    return p, req, Program(tuple(steps))
+
+
+@given(_mutated())
+def test_semantics_agree_on_near_miss_programs(case):
+    test_semantics_agree_on_random_programs.hypothesis.inner_test(case)
+
+
+@given(_case(valid_only=True))
+def test_every_abstractly_valid_program_is_concretely_correct(case):
+    p, req, program = case
+    if program.steps:
+        assert check_program(p, req, program).ok
+
+
+@pytest.mark.parametrize("col", list(Collective))
+@pytest.mark.parametrize("cells,steps", [(1, 3), (2, 3), (3, 3)])
+def test_z3_program_set_equals_explicit_enumeration(col, cells, steps):
+    z3_set = set(ProgramSketch(col, cells, steps).enumerate())
+    assert z3_set == set(abstract.enumerate_programs(col, cells, steps))
