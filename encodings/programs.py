@@ -13,7 +13,7 @@ The encoding only knows cell indices; the caller maps them to cells.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import z3
@@ -37,6 +37,7 @@ class Ranked:
     program: RawProgram
     cost: float
     proved: bool
+    exact: Any = field(default=None, compare=False, repr=False)  # the cost as Z3's exact rational
 
 
 class Deadline:
@@ -185,18 +186,30 @@ class ProgramSketch:
         """The cheapest program not in `exclude`, proved by iterative tightening.
 
         Finds a model, then asks for one strictly cheaper until Z3 answers
-        unsat: the last model is then optimal within the bound. On timeout
-        the best so far is returned with ``proved=False``; None if there is
-        no program at all.
+        unsat: the last cost is then optimal within the bound, and among the
+        programs of that cost the one with the fewest steps is returned. On
+        timeout the best so far is returned with ``proved=False``; None if
+        there is no program at all.
         """
         if self.total is None:
             raise ValueError("this sketch was built without a cost model")
         deadline = deadline or Deadline(None)
-        best: tuple[RawProgram, z3.RatNumRef] | None = None
-        self.solver.push()
+        self.solver.push()  # frame for the excluded programs
         try:
             for p in exclude:
                 self.block(p)
+            best = self._tighten(deadline)
+            if best is None or not best.proved:
+                return best
+            return Ranked(self._shortest_at(best, deadline), best.cost, proved=True)
+        finally:
+            self.solver.pop()
+
+    def _tighten(self, deadline: Deadline) -> Ranked | None:
+        """Iterative tightening inside its own solver frame."""
+        best: tuple[RawProgram, z3.ArithRef] | None = None
+        self.solver.push()  # frame for the "strictly cheaper" bounds
+        try:
             while True:
                 try:
                     result = deadline.check(self.solver, "cost optimisation")
@@ -205,13 +218,31 @@ class ProgramSketch:
                         raise
                     return Ranked(best[0], _as_float(best[1]), proved=False)
                 if result == z3.unsat:
-                    return None if best is None else Ranked(best[0], _as_float(best[1]), proved=True)
+                    return None if best is None else Ranked(best[0], _as_float(best[1]), proved=True, exact=best[1])
                 model = self.solver.model()
                 cost = model.eval(self.total, model_completion=True)
                 best = (self.decode(model), cost)
                 self.solver.add(self.total < cost)
         finally:
             self.solver.pop()
+
+    def _shortest_at(self, best: Ranked, deadline: Deadline) -> RawProgram:
+        """Among programs exactly as cheap as the proved optimum `best`, one with the fewest steps.
+
+        Ties are common (a ring reduce-scatter + all-gather costs what an
+        all-reduce costs); users prefer the simpler program.
+        """
+        for length in range(1, len(best.program)):
+            self.solver.push()
+            try:
+                self.solver.add(self.total <= best.exact, self.ops[length] == NONE_CODE)
+                if deadline.check(self.solver, "tie-break") == z3.sat:
+                    return self.decode(self.solver.model())
+            except SolverTimeout:
+                return best.program
+            finally:
+                self.solver.pop()
+        return best.program
 
     def top(self, n: int, deadline: Deadline | None = None) -> list[Ranked]:
         """The `n` cheapest programs, best first, each proved cheapest among those not yet listed."""

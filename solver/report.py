@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from solver.search import Solution
+from solver.planner import Plan
 from solver.spec import Problem
 
 
@@ -32,9 +32,10 @@ def matrix_text(matrix: tuple[tuple[int, ...], ...]) -> str:
     return "[" + ",".join("[" + ",".join(map(str, row)) + "]" for row in matrix) + "]"
 
 
-def render_single(console: Console, problem: Problem, solutions: list[Solution], max_steps: int) -> None:
+def render_single(console: Console, problem: Problem, plan: Plan, max_steps: int) -> None:
     """One row per placement: default and best program with predicted times, count, proof."""
     named = problem.requests[0]
+    solutions = [p.requests[0].solution for p in plan.placements]
     axes = ", ".join(problem.axes[a].name for a in sorted(named.request.axes))
     title = (
         f"{named.request.collective.value} over {axes} on {problem.hierarchy.name} ({problem.hierarchy.describe()}), "
@@ -58,3 +59,44 @@ def render_single(console: Console, problem: Problem, solutions: list[Solution],
             "proved" if s.optimal else ("timeout" if s.timed_out else "no"),
         ]))
     console.print(table)
+
+
+def _proof(ok: bool, timed_out: bool) -> str:
+    return "proved" if ok else ("timeout" if timed_out else "no")
+
+
+def render_workload(console: Console, problem: Problem, plan: Plan, max_steps: int, rows: int = 10) -> None:
+    """The top placements with per-request step times (the trade-off), then the best placement's programs."""
+    title = (f"workload of {len(problem.requests)} requests on {problem.hierarchy.name} ({problem.hierarchy.describe()}), "
+             f"{len(plan.placements)} placements, programs of <= {max_steps} steps; times per training step (count x best)")
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("placement")
+    for named in problem.requests:
+        table.add_column(f"{named.name}\n{named.count} x {fmt_bytes(named.message_bytes)}", justify="right")
+    for col in ("total", "all defaults", "speedup", "optimal"):
+        table.add_column(col, justify="right")
+    for i, p in enumerate(plan.placements[:rows]):
+        cells = [str(i), f"{matrix_text(p.placement.matrix)}\n{p.placement.describe()}"]
+        cells += [fmt_time(r.step_s) for r in p.requests]
+        speedup = p.default_total_s / p.total_s if p.total_s > 0 else 1.0
+        cells += [fmt_time(p.total_s), fmt_time(p.default_total_s), f"{speedup:.2f}x", _proof(p.optimal, not p.optimal)]
+        table.add_row(*map(Text, cells))
+    console.print(table)
+    if len(plan.placements) > rows:
+        console.print(f"({len(plan.placements) - rows} more placements in the JSON result)")
+    if plan.placements:
+        best = plan.placements[0]
+        detail = Table(title=f"placement 0: best program of each request", title_justify="left")
+        for col in ("request", "collective", "best program", "time", "default", "programs"):
+            detail.add_column(col)
+        for r in best.requests:
+            sol = r.solution
+            axes = ", ".join(problem.axes[a].name for a in sorted(r.named.request.axes))
+            detail.add_row(*map(Text, [
+                r.named.name, f"{r.named.request.collective.value}({axes})",
+                sol.best.program.text(best.placement) if sol.best else "-",
+                fmt_time(r.best_s), fmt_time(sol.default.cost_s),
+                "-" if sol.program_count is None else f"{sol.program_count:,}",
+            ]))
+        console.print(detail)

@@ -7,6 +7,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from hierarchies.placement import Placement
+from hierarchies.program import Request
+from solver.planner import Plan, RequestPlan
 from solver.search import Ranked, Solution
 from solver.spec import Problem
 
@@ -44,16 +47,39 @@ def problem_header(problem: Problem) -> dict:
     }
     if spec.request is not None:
         out["request"] = spec.request.model_dump(mode="json")
-    out["message_bytes"] = spec.message_bytes
-    out["max_steps"] = spec.max_steps
+        out["message_bytes"] = spec.message_bytes
     return out
 
 
-def single_request_result(problem: Problem, solutions: list[Solution], complete: bool) -> dict:
-    """The whole result for a single-request spec; placements best first."""
+def request_json(r: RequestPlan) -> dict:
+    """One request of a workload on one placement."""
+    out = {"name": r.named.name, "request": _request_spec(r.named.request, r.solution.placement),
+           "message_bytes": r.named.message_bytes, "count": r.named.count,
+           "best_s": r.best_s, "step_s": r.step_s, "default_step_s": r.default_step_s}
+    body = solution_json(r.solution)
+    del body["matrix"], body["description"]
+    return {**out, **body}
+
+
+def _request_spec(request: Request, placement: Placement) -> dict:
+    return {"axes": [placement.axes[a].name for a in sorted(request.axes)], "collective": request.collective.value}
+
+
+def result_json(problem: Problem, plan: Plan, max_steps: int) -> dict:
+    """The whole result; a single-request spec keeps the single-request format."""
     out = problem_header(problem)
-    out["complete"] = complete
-    out["placements"] = [solution_json(s) for s in solutions]
+    out["max_steps"] = max_steps
+    out["complete"] = plan.complete
+    if not problem.is_workload:
+        out["placements"] = [solution_json(p.requests[0].solution) for p in plan.placements]
+        return out
+    out["workload"] = [w.model_dump(mode="json") for w in problem.spec.workload or []]
+    out["placements"] = [
+        {"matrix": [list(r) for r in p.placement.matrix], "description": p.placement.describe(),
+         "total_s": p.total_s, "default_total_s": p.default_total_s, "optimal": p.optimal,
+         "requests": [request_json(r) for r in p.requests]}
+        for p in plan.placements
+    ]
     return out
 
 

@@ -13,17 +13,16 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import solver  # noqa: F401  (makes our encodings/ importable)
 from encodings.programs import Deadline
-from hierarchies.placement import Matrix
-from solver.report import render_single
-from solver.result import single_request_result, write_json_atomic
-from solver.search import Solution, TooManyPrograms, VerificationError, solve
+from solver.planner import Plan, PlacementPlan, plan_placement, rank_plans
+from solver.report import render_single, render_workload
+from solver.result import result_json, write_json_atomic
+from solver.search import TooManyPrograms, VerificationError
 from solver.spec import MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PROGRAM, EXIT_TIMEOUT = 0, 1, 2, 3, 4
@@ -48,6 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0, help="time budget in seconds for all Z3 calls together (default 600)")
     p.add_argument("--print-schema", action="store_true", help="print the spec's JSON schema and exit")
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
+    p.add_argument("--export", choices=["torch", "jax"], help="print a PyTorch or JAX module running the chosen placement's programs, instead of the table")
+    p.add_argument("--placement", type=int, default=0, help="with --export: index of the placement in the ranked list (default 0, the best)")
     args = p.parse_args(argv)
     if not args.print_schema and not args.spec:
         raise UsageError("the following arguments are required: spec")
@@ -65,33 +66,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@dataclass(frozen=True)
-class Sweep:
-    """The outcome of solving every placement: solutions (best first) and what was left unsolved."""
-
-    solutions: list[Solution]
-    unsolved: list[Matrix]
-
-    @property
-    def complete(self) -> bool:
-        """True when every placement was solved and every best program proved."""
-        return not self.unsolved and all(s.optimal and not s.timed_out for s in self.solutions)
-
-
-def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline, console: Console | None) -> Sweep:
-    """Solve the single request on every placement, best placement first."""
-    named = problem.requests[0]
-    solutions, unsolved = [], []
+def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline, console: Console | None) -> Plan:
+    """Solve every request on every placement; placements ranked best first."""
+    plans, unsolved = [], []
     with _progress(console, len(problem.matrices)) as progress:
         task = progress.add_task("placements", total=len(problem.matrices))
         for matrix in problem.matrices:
             if deadline.end is not None and time.monotonic() >= deadline.end:
                 unsolved.append(matrix)
             else:
-                solutions.append(solve(problem.placement(matrix), named.request, named.message_bytes, max_steps, top, deadline))
+                plans.append(plan_placement(problem, matrix, max_steps, top, deadline))
             progress.advance(task)
-    solutions.sort(key=lambda s: (s.best.cost_s if s.best else float("inf"), s.placement.matrix))
-    return Sweep(solutions, unsolved)
+    return rank_plans(plans, unsolved)
+
+
+def _export(kind: str, plan: PlacementPlan) -> str:
+    """Source of a PyTorch or JAX module running `plan`'s best programs."""
+    from solver.exports import export_jax, export_torch  # only needed for --export
+
+    requests = [(r.named.name, r.named.request, r.solution.best.program, r.named.message_bytes) for r in plan.requests]
+    return (export_torch if kind == "torch" else export_jax)(plan.placement, requests)
 
 
 def _progress(console: Console | None, total: int) -> Progress:
@@ -128,6 +122,9 @@ def _main(argv: list[str] | None, err: Console) -> int:
         for line in e.lines:
             err.print(f"spec error: {line}", markup=False)
         return EXIT_USAGE
+    if args.export and not 0 <= args.placement < len(problem.matrices):
+        err.print(f"error: argument --placement: {args.placement} is out of range; this spec has {len(problem.matrices)} placement(s), 0..{len(problem.matrices) - 1}", markup=False)
+        return EXIT_USAGE
     max_steps = args.max_steps or problem.spec.max_steps
     top = None if args.top == "all" else args.top
     out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -139,10 +136,15 @@ def _main(argv: list[str] | None, err: Console) -> int:
     except VerificationError as e:
         err.print(f"internal error: a synthesized program failed the concrete checker: {e}", markup=False)
         return EXIT_INTERNAL
-    if not args.quiet:
-        render_single(out, problem, result.solutions, max_steps)
+    if args.export:
+        if args.placement >= len(result.placements):
+            err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
+            return EXIT_TIMEOUT
+        print(_export(args.export, result.placements[args.placement]), end="")
+    elif not args.quiet:
+        (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
     if args.out:
-        write_json_atomic(single_request_result(problem, result.solutions, result.complete), args.out)
+        write_json_atomic(result_json(problem, result, max_steps), args.out)
     if not result.complete:
         err.print(
             f"timeout: Z3 did not finish within --timeout {args.timeout:g} s "
@@ -150,7 +152,7 @@ def _main(argv: list[str] | None, err: Console) -> int:
             markup=False,
         )
         return EXIT_TIMEOUT
-    if any(not s.programs for s in result.solutions):
+    if any(not r.solution.programs for p in result.placements for r in p.requests):
         err.print(f"no program exists within max_steps = {max_steps}; raise max_steps", markup=False)
         return EXIT_NO_PROGRAM
     return EXIT_OK

@@ -1,0 +1,169 @@
+"""Synthesis benchmark: our Z3 synthesis vs a brute-force enumerator, side by side in one run.
+
+The brute force is the paper's style: generate every candidate program of at
+most K steps (each step any of the 5 collectives on any non-empty subset of the
+reduced cells) and run each through the concrete per-device semantics, keeping
+the valid ones and the cheapest. Ours: Z3 lists the valid programs (each then
+checked concretely) and separately proves the 5 cheapest. Both must find the
+same program set and the same optimum, which the script asserts.
+
+Then our synthesis alone on systems up to 65,536 devices (top 5 proved and
+verified on a miniature, for every placement).
+
+    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import statistics
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+import solver  # noqa: F401
+from encodings.placements import enumerate_placements
+from encodings.programs import Deadline
+from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request, load_system
+from hierarchies.program import Program, Step
+from solver.concrete import ConcreteChecker
+from solver.cost import cost_model, program_seconds
+from solver.search import solve
+
+
+def brute_force(placement: Placement, request: Request, max_steps: int, budget_s: float):
+    """Check every candidate program concretely; (valid programs, best cost) or None past the budget."""
+    cells = request.reduced_cells(placement)
+    subsets = [s for r in range(1, len(cells) + 1) for s in itertools.combinations(cells, r)]
+    steps = [Step(op, s) for op in Collective for s in subsets]
+    checker = ConcreteChecker(placement, request)
+    model = cost_model(placement, request, 1 << 30)
+    end = time.monotonic() + budget_s
+    valid, best = [], math.inf
+    for k in range(1, max_steps + 1):
+        for combo in itertools.product(steps, repeat=k):
+            if time.monotonic() > end:
+                return None
+            program = Program(combo)
+            if checker.check(program).ok:
+                valid.append(program)
+                best = min(best, sum(program_seconds(model, placement, request, program)))
+    return valid, best
+
+
+def ours_all(placement: Placement, request: Request, max_steps: int):
+    """Every valid program via Z3 (each verified concretely inside solve)."""
+    sol = solve(placement, request, 1 << 30, max_steps, top=None)
+    return [r.program for r in sol.programs], sol.best.cost_s
+
+
+def ours_top(placement: Placement, request: Request, max_steps: int, top: int = 5):
+    """The `top` cheapest programs, proved and verified."""
+    return solve(placement, request, 1 << 30, max_steps, top=top)
+
+
+def two_level(outer: int, inner: int, bw_outer=10.0, bw_inner=100.0) -> Hierarchy:
+    return Hierarchy(name=f"{outer}x{inner}", levels=(
+        Level(name="node", count=outer, bandwidth_GBps=bw_outer, latency_us=10),
+        Level(name="gpu", count=inner, bandwidth_GBps=bw_inner, latency_us=1),
+    ))
+
+
+def small_cases():
+    """(name, placement, request, max_steps) on 8..64 devices."""
+    data = lambda n: (Axis(name="data", size=n),)
+    three = Hierarchy(name="2x2x4", levels=(
+        Level(name="rack", count=2, bandwidth_GBps=2, latency_us=20),
+        Level(name="node", count=2, bandwidth_GBps=10, latency_us=10),
+        Level(name="gpu", count=4, bandwidth_GBps=100, latency_us=1),
+    ))
+    three64 = three.model_copy(update={"name": "2x4x8", "levels": (
+        three.levels[0], three.levels[1].model_copy(update={"count": 4}), three.levels[2].model_copy(update={"count": 8}))})
+    return [
+        ("8 dev, data=8, C=2", Placement(two_level(2, 4), data(8), ((2, 4),)), Request(frozenset({0})), 4),
+        ("16 dev, data=16, C=3", Placement(three, data(16), ((2, 2, 4),)), Request(frozenset({0})), 3),
+        ("32 dev, data=16 x model=2, C=2", Placement(two_level(4, 8), (Axis(name="data", size=16), Axis(name="model", size=2)), ((4, 4), (1, 2))), Request(frozenset({0})), 4),
+        ("64 dev, data=64, C=3", Placement(three64, data(64), ((2, 4, 8),)), Request(frozenset({0})), 3),
+        ("64 dev, data x model both, C=5", Placement(three64, (Axis(name="data", size=16), Axis(name="model", size=4)), ((2, 2, 4), (1, 2, 2))), Request(frozenset({0, 1}), Collective.REDUCE_SCATTER), 3),
+    ]
+
+
+def large_cases():
+    """(name, hierarchy, axes, request axes) up to 65,536 devices."""
+    pod = lambda pods, racks, nodes: Hierarchy(name=f"pod{pods}", levels=(
+        Level(name="pod", count=pods, bandwidth_GBps=3, latency_us=30, uplink_GBps=100),
+        Level(name="rack", count=racks, bandwidth_GBps=12.5, latency_us=20, uplink_GBps=400),
+        Level(name="node", count=nodes, bandwidth_GBps=25, latency_us=14, uplink_GBps=200),
+        Level(name="gpu", count=8, bandwidth_GBps=240, latency_us=3.4),
+    ))
+    return [
+        ("dgx-a100 x 64 (512)", load_system("dgx-a100", nodes=64), (Axis(name="data", size=64), Axis(name="tensor", size=8)), {0}),
+        ("dgx-h100 x 512 (4096)", load_system("dgx-h100", nodes=512), (Axis(name="data", size=256), Axis(name="pipe", size=2), Axis(name="tensor", size=8)), {0}),
+        ("4 pods x 16 racks x 32 nodes (16384)", pod(4, 16, 32), (Axis(name="data", size=512), Axis(name="pipe", size=4), Axis(name="tensor", size=8)), {0}),
+        ("16 pods x 16 racks x 32 nodes (65536)", pod(16, 16, 32), (Axis(name="data", size=2048), Axis(name="pipe", size=4), Axis(name="tensor", size=8)), {0}),
+        ("16 pods x 16 racks x 32 nodes, data+pipe", pod(16, 16, 32), (Axis(name="data", size=2048), Axis(name="pipe", size=4), Axis(name="tensor", size=8)), {0, 1}),
+    ]
+
+
+def timed(fn, repeats: int):
+    """(median seconds, last result) of `repeats` calls."""
+    times, result = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per case (median reported)")
+    ap.add_argument("--brute-limit", type=float, default=120.0, help="seconds allowed to one brute-force run")
+    args = ap.parse_args()
+    console = Console(width=160)
+
+    t1 = Table(title="All valid programs and the optimum: brute force (concrete semantics on every candidate) vs ours (Z3)", title_justify="left")
+    for c in ["system", "K", "candidates", "valid", "brute force", "ours: all (Z3 list + check)", "ratio", "ours: top-5 proved", "ratio"]:
+        t1.add_column(c, justify="right" if c not in ("system",) else "left")
+    for name, p, req, k in small_cases():
+        n = len(req.reduced_cells(p))
+        candidates = sum((5 * (2**n - 1)) ** i for i in range(1, k + 1))
+        t_brute, brute = timed(lambda: brute_force(p, req, k, args.brute_limit), 1)
+        t_all, (ours, best) = timed(lambda: ours_all(p, req, k), args.repeats)
+        t_top, top = timed(lambda: ours_top(p, req, k), args.repeats)
+        if brute is not None:
+            assert set(brute[0]) == set(ours), name
+            assert math.isclose(brute[1], best, rel_tol=1e-9) and math.isclose(top.best.cost_s, best, rel_tol=1e-9), name
+            bt, r1, r2 = f"{t_brute:.2f} s", f"{t_brute / t_all:.0f}x", f"{t_brute / t_top:.0f}x"
+        else:
+            bt, r1, r2 = f"> {args.brute_limit:.0f} s", f"> {args.brute_limit / t_all:.0f}x", f"> {args.brute_limit / t_top:.0f}x"
+        t1.add_row(name, str(k), f"{candidates:,}", f"{len(ours):,}", bt, f"{t_all:.3f} s", r1, f"{t_top:.3f} s", r2)
+        console.print(f"  done: {name}", style="dim")
+    console.print(t1)
+
+    t2 = Table(title="Ours alone: every placement, top-5 programs proved cheapest (K=4) and verified on a miniature", title_justify="left")
+    for c in ["system", "devices", "placements", "cells (max)", "total", "per placement (median)", "all proved"]:
+        t2.add_column(c, justify="right" if c != "system" else "left")
+    for name, h, axes, red in large_cases():
+        req = Request(frozenset(red))
+        matrices = list(enumerate_placements(tuple(a.size for a in axes), h.counts))
+        per, proved, cells = [], True, 0
+        t0 = time.perf_counter()
+        for m in matrices:
+            p = Placement(h, axes, m)
+            t = time.perf_counter()
+            sol = solve(p, req, 1 << 30, 4, top=5, deadline=Deadline(600))
+            per.append(time.perf_counter() - t)
+            proved &= sol.optimal
+            cells = max(cells, len(req.reduced_cells(p)))
+        total = time.perf_counter() - t0
+        t2.add_row(name, f"{h.num_devices:,}", str(len(matrices)), str(cells), f"{total:.1f} s", f"{statistics.median(per):.3f} s", "yes" if proved else "no")
+        console.print(f"  done: {name}", style="dim")
+    console.print(t2)
+
+
+if __name__ == "__main__":
+    main()
