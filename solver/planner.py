@@ -1,0 +1,91 @@
+"""Workload planner: the best placement for a whole training step.
+
+A workload is several named requests, each with its own size and count per
+step. For every placement the planner proves the cheapest program of every
+request; the step's predicted communication time is the sum over requests of
+``count * best time``. Placements are ranked by that total.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from encodings.programs import Deadline
+from hierarchies.placement import Matrix, Placement
+from solver.search import Solution, solve
+from solver.spec import NamedRequest, Problem
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """One request of the workload on one placement."""
+
+    named: NamedRequest
+    solution: Solution
+
+    @property
+    def best_s(self) -> float:
+        """Predicted time of one occurrence with the best program."""
+        best = self.solution.best
+        return best.cost_s if best else math.inf
+
+    @property
+    def step_s(self) -> float:
+        """Predicted time per training step (count x best)."""
+        return self.named.count * self.best_s
+
+    @property
+    def default_step_s(self) -> float:
+        """Predicted time per training step with the default collective."""
+        return self.named.count * self.solution.default.cost_s
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """Every request's proved-best program on one placement, and the step total."""
+
+    placement: Placement
+    requests: tuple[RequestPlan, ...]
+
+    @property
+    def total_s(self) -> float:
+        """Predicted communication time of one training step with the best programs."""
+        return math.fsum(r.step_s for r in self.requests)
+
+    @property
+    def default_total_s(self) -> float:
+        """The same with every request run as its default collective."""
+        return math.fsum(r.default_step_s for r in self.requests)
+
+    @property
+    def optimal(self) -> bool:
+        """True when every request's best program is proved cheapest."""
+        return all(r.solution.optimal and not r.solution.timed_out for r in self.requests)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Placements ranked by step total (best first), and those the budget did not reach."""
+
+    placements: tuple[PlacementPlan, ...]
+    unsolved: tuple[Matrix, ...]
+
+    @property
+    def complete(self) -> bool:
+        """True when every placement was solved with every best program proved."""
+        return not self.unsolved and all(p.optimal for p in self.placements)
+
+
+def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | None, deadline: Deadline) -> PlacementPlan:
+    """Solve every request of the workload on the placement `matrix`."""
+    placement = problem.placement(matrix)
+    return PlacementPlan(placement, tuple(
+        RequestPlan(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline))
+        for named in problem.requests
+    ))
+
+
+def rank_plans(plans: list[PlacementPlan], unsolved: list[Matrix]) -> Plan:
+    """Order placement plans by predicted step time (ties: by matrix)."""
+    return Plan(tuple(sorted(plans, key=lambda p: (p.total_s, p.placement.matrix))), tuple(unsolved))
