@@ -66,6 +66,8 @@ class Hierarchy(BaseModel):
 
     name: str = Field(default="custom", description="a name for reports")
     levels: tuple[Level, ...] = Field(min_length=1, description="levels, outermost first")
+    reduce_GBps: float | None = Field(default=None, gt=0, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
+    step_overhead_us: float | None = Field(default=None, ge=0, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
 
     @field_validator("levels")
     @classmethod

@@ -161,8 +161,17 @@ class AlphaBeta:
         return alg.ite(shared > per_device, shared, per_device)
 
 
-def cost_model(placement: Placement, request: Request, message_bytes: float) -> CostModel:
-    """The default cost model for a request on a placement."""
+COST_MODELS = ("alpha-beta", "simulator")
+
+
+def cost_model(placement: Placement, request: Request, message_bytes: float, kind: str = "alpha-beta") -> CostModel:
+    """The cost model `kind` (one of COST_MODELS) for a request on a placement."""
+    if kind == "simulator":
+        from solver.simulator import Simulator
+
+        return Simulator(placement, request, message_bytes)
+    if kind != "alpha-beta":
+        raise ValueError(f"unknown cost model {kind!r}; use one of {', '.join(COST_MODELS)}")
     return AlphaBeta(placement, request, message_bytes)
 
 

@@ -81,7 +81,7 @@ def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | 
     """Solve every request of the workload on the placement `matrix`."""
     placement = problem.placement(matrix)
     return PlacementPlan(placement, tuple(
-        RequestPlan(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline))
+        RequestPlan(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline, problem.spec.cost_model))
         for named in problem.requests
     ))
 

@@ -44,6 +44,7 @@ def problem_header(problem: Problem) -> dict:
     out = {
         "hierarchy": problem.hierarchy.model_dump(mode="json"),
         "axes": [a.model_dump() for a in problem.axes],
+        "cost_model": spec.cost_model,
     }
     if spec.request is not None:
         out["request"] = spec.request.model_dump(mode="json")

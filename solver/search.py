@@ -91,14 +91,16 @@ def solve(
     max_steps: int,
     top: int | None = 5,
     deadline: Deadline | None = None,
+    model_kind: str = "alpha-beta",
 ) -> Solution:
     """Rank programs for `request` on `placement`: the `top` cheapest (None: all of them).
 
+    Programs are costed by the cost model `model_kind` (see solver.cost.COST_MODELS).
     The first program is proved cheapest within `max_steps` unless the
     deadline ran out (then ``timed_out`` is set and ``optimal`` is False).
     """
     deadline = deadline or Deadline(None)
-    model = cost_model(placement, request, message_bytes)
+    model = cost_model(placement, request, message_bytes, model_kind)
     n_cells = len(request.reduced_cells(placement))
     default = rank(default_program(placement, request), placement, request, model) if n_cells else Ranked(Program(()), 0.0, (), True)
     if n_cells == 0:  # nothing to reduce: the reduction group is a single device

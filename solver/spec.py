@@ -92,6 +92,7 @@ class Spec(BaseModel):
     message_bytes: int = Field(default=1 << 20, gt=0, description="bytes per device (full buffer, nccl-tests convention)")
     max_steps: int = Field(default=4, ge=1, le=MAX_STEPS_LIMIT, description="longest program considered")
     placements: Literal["all"] | list[list[list[int]]] = Field(default="all", description='"all" or a list of matrices (rows: axes, columns: levels)')
+    cost_model: Literal["alpha-beta", "simulator"] = Field(default="alpha-beta", description="alpha-beta (first model) or simulator (algorithm choice by size, reduction compute, step overhead)")
 
     @model_validator(mode="after")
     def _one_of_request_or_workload(self) -> "Spec":
