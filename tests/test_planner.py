@@ -92,3 +92,22 @@ def test_duplicate_request_names_are_rejected(tmp_path):
     path.write_text(json.dumps(spec))
     r = subprocess.run([sys.executable, "-m", "solver.run", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "workload: request names must be unique" in r.stderr
+
+
+@pytest.mark.parametrize("kind,needles", [
+    ("torch", ["def build_mesh", "def grad_allreduce(", "def tp_allreduce(", "init_device_mesh"]),
+    ("jax", ["def build_mesh", "def grad_allreduce(", "def tp_allreduce(", "shard_map"]),
+])
+def test_export_prints_a_module_for_the_chosen_placement(kind, needles):
+    r = subprocess.run([sys.executable, "-m", "solver.run", "examples/gpt-3d-on-dgx-a100.json", "--export", kind, "--placement", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    compile(r.stdout, f"plan_{kind}.py", "exec")
+    assert all(n in r.stdout for n in needles)
+    assert "data=[node 4] pipeline=[gpu 2] tensor=[gpu 4]" in r.stdout  # placement 1 of the ranked list
+
+
+def test_export_placement_out_of_range_exits_2():
+    r = subprocess.run([sys.executable, "-m", "solver.run", "examples/gpt-3d-on-dgx-a100.json", "--export", "torch", "--placement", "5"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--placement: 5 is out of range" in r.stderr and not r.stdout

@@ -1,0 +1,207 @@
+"""Export a placement and its programs as a PyTorch module (torch.distributed over a DeviceMesh).
+
+The generated module imports only torch (and ``math``). ``build_mesh()`` builds
+a ``DeviceMesh`` whose dimensions are the placement's cells, outer to inner
+(see :mod:`solver.export_plan`), and the process groups of every slice that
+spans several of them; one function per request, ``name(tensor, mesh)``, runs
+its program with ``torch.distributed`` collectives and returns what the plain
+collective over the whole reduction group would.
+"""
+
+from __future__ import annotations
+
+from hierarchies.placement import Placement
+from hierarchies.program import Collective
+from solver.export_plan import (
+    ExportRequest,
+    ModulePlan,
+    RequestPlan,
+    StepPlan,
+    header,
+    helper_lines,
+    plan_module,
+    py_strings,
+    request_function,
+    requests_table,
+)
+
+
+def _imports(plan: ModulePlan) -> list[str]:
+    """The module's imports: math for the helpers, torch.distributed only if there are steps."""
+    steps = any(r.steps for r in plan.requests)
+    return [
+        *(["import math", ""] if steps else []),
+        "import torch",
+        *(["import torch.distributed as dist"] if steps else []),
+        "from torch.distributed.device_mesh import init_device_mesh",
+    ]
+
+_CHUNKED = '''
+def _chunked(tensor, sizes):
+    """`tensor` as a contiguous buffer [*sizes, rest]: chunk k is the k-th block of dim 0."""
+    n = math.prod(sizes)
+    if n > 1 and (tensor.dim() == 0 or tensor.shape[0] % n):
+        shape = tuple(tensor.shape)
+        raise ValueError(f"dim 0 of a tensor of shape {shape} does not split into {n} chunks")
+    return tensor.contiguous().view(*sizes, -1)
+'''
+
+_FLAT_GROUP = '''
+def _flat_group(mesh, dims):
+    """This rank's process group among the ranks that differ from it only on the mesh dims `dims`.
+
+    Every rank creates every such group, in the same order, as torch.distributed requires.
+    Members are numbered in rank order, i.e. row-major over `dims`, like a mesh dimension's group.
+    """
+    axes = [MESH_DIM_NAMES.index(d) for d in dims]
+    tail = list(range(mesh.ndim - len(axes), mesh.ndim))
+    size = math.prod(mesh.size(a) for a in axes)
+    rows = mesh.mesh.movedim(axes, tail).reshape(-1, size)
+    group, _ = dist.new_subgroups_by_enumeration(rows.tolist())
+    return group
+'''
+
+_REDUCE_SCATTER = '''
+def _reduce_scatter(x, group, lead):
+    """Sum `x` over `group`; keep this member's part.
+
+    The dims `lead` of `x` (the slice's cells, in mesh order) index the members: they are moved
+    to the front and flattened, so group rank i receives the block where they read i.
+    """
+    send = x.movedim(lead, tuple(range(len(lead)))).contiguous()
+    out = send.new_empty(send.shape[len(lead):])
+    _reduce_scatter_flat(out.view(-1), send.view(-1), group=group)
+    return out
+'''
+
+_ALL_GATHER = '''
+def _all_gather(x, group, lead, sizes):
+    """Concatenate `x` from every member of `group` (in group rank order).
+
+    The gathered dims (sizes `sizes`, the slice's cells in mesh order) go to positions `lead`.
+    """
+    out = x.new_empty((*sizes, *x.shape))
+    _all_gather_flat(out.view(-1), x.contiguous().view(-1), group=group)
+    return out.movedim(tuple(range(len(lead))), lead).contiguous()
+'''
+
+_NOTES = "Like torch.distributed's collectives it may overwrite `tensor`. Every rank calls it."
+_REDUCE_NOTE = "The result is undefined on the other ranks, as after dist.reduce. "
+
+_FINAL = {
+    Collective.REDUCE_SCATTER: "x.view(tensor.shape[0] // {g}, *tensor.shape[1:])",
+    Collective.ALL_GATHER: "x.view(tensor.shape[0] * {g}, *tensor.shape[1:])",
+}
+
+
+def _group_expr(step: StepPlan) -> str:
+    """Python expression of the process group of `step`'s slice."""
+    if len(step.dims) == 1:
+        return f'mesh.get_group("{step.dims[0]}")'
+    return f"_FLAT_GROUPS[{py_strings(step.dims)}]"
+
+
+def _step_code(step: StepPlan) -> str:
+    """The call that runs one step on buffer `x`."""
+    group = _group_expr(step)
+    return {
+        Collective.ALL_REDUCE: f"dist.all_reduce(x, group={group})",
+        Collective.REDUCE_SCATTER: f"x = _reduce_scatter(x, {group}, lead={step.lead!r})",
+        Collective.ALL_GATHER: f"x = _all_gather(x, {group}, lead={step.lead!r}, sizes={step.sizes!r})",
+        Collective.REDUCE: f"dist.reduce(x, group_dst=0, group={group})",
+        Collective.BROADCAST: f"dist.broadcast(x, group_src=0, group={group})",
+    }[step.op]
+
+
+def _request_function(req: RequestPlan) -> list[str]:
+    """Source lines of the function that runs one request's program."""
+    notes = (_REDUCE_NOTE if req.collective is Collective.REDUCE else "") + _NOTES
+    final = _FINAL.get(req.collective, "x.view(tensor.shape)").format(g=req.group_size)
+    return request_function(req, "tensor, mesh", notes, _step_code, final)
+
+
+def _build_mesh(plan: ModulePlan) -> list[str]:
+    """Source lines of ``build_mesh``."""
+    lines = [
+        "def build_mesh(device_type=None):",
+        '    """The DeviceMesh of this placement (dims MESH_DIM_NAMES, shape MESH_SHAPE, ranks row-major).',
+        "",
+        "    Collective: call it once on every rank, after dist.init_process_group(). It also creates",
+        "    the process groups of the slices that span several mesh dims. `device_type` defaults to",
+        '    "cuda" when available, else "cpu".',
+        '    """',
+        "    if device_type is None:",
+        '        device_type = "cuda" if torch.cuda.is_available() else "cpu"',
+        "    mesh = init_device_mesh(device_type, MESH_SHAPE, mesh_dim_names=MESH_DIM_NAMES)",
+    ]
+    if plan.multi_dim_slices:
+        lines += ["    for dims in MULTI_DIM_SLICES:", "        _FLAT_GROUPS[dims] = _flat_group(mesh, dims)"]
+    return lines + ["    return mesh"]
+
+
+def _helpers(plan: ModulePlan) -> list[str]:
+    """The private helpers the module's programs use, each once."""
+    chosen = [_CHUNKED] if any(r.steps for r in plan.requests) else []
+    if plan.multi_dim_slices:
+        chosen.append(_FLAT_GROUP)
+    if plan.uses(Collective.REDUCE_SCATTER):
+        chosen.append(_REDUCE_SCATTER)
+    if plan.uses(Collective.ALL_GATHER):
+        chosen.append(_ALL_GATHER)
+    return helper_lines(chosen)
+
+
+_ALIAS = '{} = getattr(dist, "{}", None) or dist.{}'
+
+
+def _compat(plan: ModulePlan) -> list[str]:
+    """Aliases of the flat collectives, which torch 2.13 renamed (the old names warn there)."""
+    lines = []
+    if plan.uses(Collective.REDUCE_SCATTER):
+        lines.append(_ALIAS.format("_reduce_scatter_flat", "reduce_scatter_single", "reduce_scatter_tensor"))
+    if plan.uses(Collective.ALL_GATHER):
+        lines.append(_ALIAS.format("_all_gather_flat", "all_gather_single", "all_gather_into_tensor"))
+    if lines:
+        lines = ["", "# torch >= 2.13 calls these *_single, older releases *_tensor (same arguments)."] + lines
+    return lines
+
+
+def _slices(plan: ModulePlan) -> list[str]:
+    """The table of multi-dim slices, whose groups build_mesh creates (nothing if there are none)."""
+    if not plan.multi_dim_slices:
+        return []
+    return [
+        "",
+        "# Slices that span several mesh dims: build_mesh() creates their process groups.",
+        "MULTI_DIM_SLICES = (",
+        *[f"    {py_strings(d)}," for d in plan.multi_dim_slices],
+        ")",
+        "_FLAT_GROUPS = {}",
+    ]
+
+
+def render_torch(plan: ModulePlan) -> str:
+    """Source of the PyTorch module for `plan`."""
+    first = plan.requests[0].name if plan.requests else "<request>"
+    usage = (
+        "import torch.distributed as dist",
+        'dist.init_process_group("nccl")  # or "gloo" on CPU; one process per device',
+        "mesh = build_mesh()",
+        f"out = {first}(tensor, mesh)",
+    )
+    lines = header(plan, "PyTorch (torch.distributed, DeviceMesh)", usage) + ["", *_imports(plan), ""]
+    lines += [f"MESH_SHAPE = {plan.shape!r}", f"MESH_DIM_NAMES = {py_strings(plan.dim_names)}"]
+    lines += _compat(plan) + _slices(plan) + ["", "", *_build_mesh(plan), ""] + _helpers(plan)
+    for req in plan.requests:
+        lines += ["", *_request_function(req), ""]
+    return "\n".join(lines + ["", *requests_table(plan)]) + "\n"
+
+
+def export_torch(placement: Placement, requests: list[ExportRequest] | list[tuple]) -> str:
+    """Source of a self-contained PyTorch module for `placement` and `requests`.
+
+    `requests` holds ``(name, request, program, message_bytes)`` items. The module
+    defines ``build_mesh()`` and one ``<name>(tensor, mesh)`` per request (names
+    made into identifiers). Raises ValueError if a program is not valid for its request.
+    """
+    return render_torch(plan_module(placement, requests))
