@@ -1,0 +1,9 @@
+"""Runs synthesized programs across MPI ranks (numpy over MPI, or CuPy over NCCL), checks them exactly, times them.
+
+Entry point: ``mpiexec -n N python -m runtime.bench PLAN ...`` (see docs/runtime.md).
+Modules: plan (load the solver's result), layout (chunk order and repacks),
+executor (sub-communicators and compiled calls), backends (numpy/MPI,
+cupy/NCCL), data (inputs and exact expected results), timing (nccl-tests
+method), report (sizes, bandwidths, table), job (errors and aborts across
+ranks), bench (the CLI). Never imports Z3.
+"""

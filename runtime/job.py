@@ -1,0 +1,53 @@
+"""Job-wide behaviour under MPI: errors every rank agrees on, and no hangs when one rank fails.
+
+* An expected error (bad argument, bad plan, backend unavailable) is agreed
+  on by all ranks with one small collective; the first failing rank (rank 0
+  when all see the same plan) prints one line and every rank returns the same
+  non-zero code, so the job ends cleanly.
+* Anything else raised on one rank prints that rank's traceback and calls
+  ``MPI_Abort``, which ends every rank of the job, instead of leaving the
+  others waiting in a collective (the same as ``python -m mpi4py``).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+EXIT_OK = 0
+EXIT_WRONG = 1  # a result failed the exact check (or a rank crashed)
+EXIT_USAGE = 2  # bad arguments, bad plan, or backend unavailable
+
+
+def mpi_version() -> str:
+    """The MPI library's name and version, e.g. ``Open MPI v5.0.11``."""
+    return MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+
+
+def fail_together(world: MPI.Intracomm, error: str | None) -> bool:
+    """Whether any rank has an error (collective); the first such rank prints its one line."""
+    flags = np.zeros(world.Get_size(), dtype=np.int8)
+    world.Allgather(np.array([error is not None], dtype=np.int8), flags)
+    failing = np.flatnonzero(flags)
+    if failing.size == 0:
+        return False
+    if world.Get_rank() == failing[0]:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+    return True
+
+
+def run_guarded(world: MPI.Intracomm, main: Callable[[], int]) -> int:
+    """Run `main`; if it raises (anything but SystemExit), print the traceback and abort the whole job."""
+    try:
+        return main()
+    except SystemExit:
+        raise
+    except BaseException:
+        sys.stderr.write(f"[rank {world.Get_rank()}] " + traceback.format_exc())
+        sys.stderr.flush()
+        world.Abort(EXIT_WRONG)
+        raise  # not reached: Abort does not return

