@@ -1,8 +1,8 @@
 """Bounded sketches of collective programs over the abstract cell-status state.
 
-A sketch has `K` step slots. Slot ``i`` holds an op code ``op_i`` (one of the
-five collectives, or NONE for an unused trailing slot) and a slice ``S_i``, a
-bit-vector over the reduced cells. The abstract state ``(X, Y, Z)`` (summed,
+A sketch has `K` step slots. Slot ``i`` holds an op (one of the five
+collectives, or none for an unused trailing slot) and a slice ``S_i``, a set
+of reduced cells. The abstract state ``(X, Y, Z)`` (summed,
 scattered, rooted) is threaded through the slots and the request's goal is
 asserted at the end (DESIGN.md sections 4 and 5). Every model decodes into one
 program; distinct models are distinct programs.
@@ -22,11 +22,8 @@ from encodings.errors import SolverTimeout
 from encodings.z3algebra import Z3Algebra
 from hierarchies.program import Collective
 
-OP_CODES: dict[Collective, int] = {op: i for i, op in enumerate(Collective)}
-NONE_CODE = len(OP_CODES)
-_DECODE = {code: op for op, code in OP_CODES.items()}
-
 RawProgram = tuple[tuple[Collective, int], ...]
+TIE_TOLERANCE = 1e-9  # relative: costs closer than this are equal (they come from float figures)
 StepCost = Callable[[Z3Algebra, Any, Sequence[Any], Sequence[Any], Sequence[Any]], Any]
 
 
@@ -62,9 +59,14 @@ class Deadline:
 class ProgramSketch:
     """The Z3 encoding of every program of at most `max_steps` steps for one request.
 
-    `num_cells` reduced cells, `collective` the requested collective. With a
-    `step_cost` (a cost model's ``step_time``), ``total`` is the program's cost
-    as a Z3 Real term.
+    `num_cells` reduced cells, `collective` the requested collective. Slot
+    ``i`` has one Boolean per collective (at most one true; none for an unused
+    trailing slot) and one Boolean per cell for its slice; the state is one
+    Boolean per cell for each of summed / scattered / rooted. Plain Booleans
+    keep the problem in Z3's core SAT + linear-arithmetic solver, which proves
+    optimality about twice as fast as a bit-vector encoding of the same state.
+    With a `step_cost` (a cost model's ``step_time``), ``total`` is the
+    program's cost as a Z3 Real term.
     """
 
     def __init__(self, collective: Collective, num_cells: int, max_steps: int, step_cost: StepCost | None = None):
@@ -74,11 +76,13 @@ class ProgramSketch:
         self.C = num_cells
         self.K = max_steps
         self.solver = z3.Solver()
-        self.ops = [z3.BitVec(f"op_{i}", 3) for i in range(max_steps)]
-        self.slices = [z3.BitVec(f"slice_{i}", num_cells) for i in range(max_steps)]
-        self.X = [z3.BitVec(f"summed_{i}", num_cells) for i in range(max_steps + 1)]
-        self.Y = [z3.BitVec(f"scattered_{i}", num_cells) for i in range(max_steps + 1)]
-        self.Z = [z3.BitVec(f"rooted_{i}", num_cells) for i in range(max_steps + 1)]
+        cells, slots = range(num_cells), range(max_steps)
+        self.ops = [{op: z3.Bool(f"step{i}_{op.value}") for op in Collective} for i in slots]
+        self.used = [z3.Bool(f"step{i}_used") for i in slots]
+        self.slices = [[z3.Bool(f"step{i}_slice_{c}") for c in cells] for i in slots]
+        self.X = [[z3.Bool(f"summed{i}_{c}") for c in cells] for i in range(max_steps + 1)]
+        self.Y = [[z3.Bool(f"scattered{i}_{c}") for c in cells] for i in range(max_steps + 1)]
+        self.Z = [[z3.Bool(f"rooted{i}_{c}") for c in cells] for i in range(max_steps + 1)]
         self._encode()
         self.total = None
         if step_cost is not None:
@@ -86,85 +90,85 @@ class ProgramSketch:
             self.solver.add(self.total == self._cost(step_cost))
 
     # -- constraints -------------------------------------------------------
-    def _bv(self, value: int) -> z3.BitVecRef:
-        return z3.BitVecVal(value, self.C)
-
     def _encode(self) -> None:
-        full, zero = self._bv((1 << self.C) - 1), self._bv(0)
         add = self.solver.add
-        # Start state of the requested collective
+        # Start state of the requested collective: (summed, scattered, rooted) per cell
         start = {
-            Collective.ALL_GATHER: (full, full, zero),
-            Collective.BROADCAST: (full, zero, full),
-        }.get(self.collective, (zero, zero, zero))
-        add(self.X[0] == start[0], self.Y[0] == start[1], self.Z[0] == start[2])
-        # Goal at the end
-        X, Y, Z = self.X[-1], self.Y[-1], self.Z[-1]
-        if self.collective is Collective.REDUCE_SCATTER:
-            add(X == full, Y == full, Z == zero)
-        elif self.collective is Collective.REDUCE:
-            add(X == full, Y == zero)
-        else:
-            add(X == full, Y == zero, Z == zero)
+            Collective.ALL_GATHER: (True, True, False),
+            Collective.BROADCAST: (True, False, True),
+        }.get(self.collective, (False, False, False))
+        goal = {
+            Collective.REDUCE_SCATTER: (True, True, False),
+            Collective.REDUCE: (True, False, None),  # rooted or not
+        }.get(self.collective, (True, False, False))
+        for c in range(self.C):
+            for states, value in zip((self.X, self.Y, self.Z), start):
+                add(states[0][c] == value)
+            for states, value in zip((self.X, self.Y, self.Z), goal):
+                if value is not None:
+                    add(states[-1][c] == value)
         # At least one step; unused slots only at the end
-        add(self.ops[0] != NONE_CODE)
+        add(self.used[0])
         for i in range(self.K):
-            add(z3.ULE(self.ops[i], NONE_CODE))
+            ops = list(self.ops[i].values())
+            add(self.used[i] == z3.Or(ops), z3.AtMost(*ops, 1))
             if i + 1 < self.K:
-                add(z3.Implies(self.ops[i] == NONE_CODE, self.ops[i + 1] == NONE_CODE))
-            add(self._transition(i))
+                add(z3.Implies(z3.Not(self.used[i]), z3.Not(self.used[i + 1])))
+            add(z3.Implies(self.used[i], z3.Or(self.slices[i])))
+            for c in range(self.C):
+                add(self._transition(i, c))
 
-    def _transition(self, i: int) -> z3.BoolRef:
-        """Step slot `i`: preconditions on (X, Y, Z)_i and the state (X, Y, Z)_{i+1}."""
-        op, S = self.ops[i], self.slices[i]
-        X, Y, Z = self.X[i], self.Y[i], self.Z[i]
-        X1, Y1, Z1 = self.X[i + 1], self.Y[i + 1], self.Z[i + 1]
-        zero = self._bv(0)
-        untouched = S & X == zero
-        same = z3.And(X1 == X, Y1 == Y, Z1 == Z)
-        code = OP_CODES
+    def _transition(self, i: int, c: int) -> z3.BoolRef:
+        """Cell `c` in slot `i`: the op's precondition on the cell's status, and its next status."""
+        s = self.slices[i][c]
+        x, y, z = self.X[i][c], self.Y[i][c], self.Z[i][c]
+        x1, y1, z1 = self.X[i + 1][c], self.Y[i + 1][c], self.Z[i + 1][c]
+        op = self.ops[i]
+        untouched = z3.Implies(s, z3.Not(x))
         return z3.And(
-            z3.Implies(op == NONE_CODE, z3.And(S == zero, same)),
-            z3.Implies(op != NONE_CODE, S != zero),
-            z3.Implies(op == code[Collective.ALL_REDUCE], z3.And(untouched, X1 == X | S, Y1 == Y, Z1 == Z)),
-            z3.Implies(op == code[Collective.REDUCE_SCATTER], z3.And(untouched, X1 == X | S, Y1 == Y | S, Z1 == Z)),
-            z3.Implies(op == code[Collective.REDUCE], z3.And(untouched, X1 == X | S, Y1 == Y, Z1 == Z | S)),
-            z3.Implies(op == code[Collective.ALL_GATHER], z3.And(S & ~Y == zero, X1 == X, Y1 == Y & ~S, Z1 == Z)),
-            z3.Implies(op == code[Collective.BROADCAST], z3.And(S & ~Z == zero, X1 == X, Y1 == Y, Z1 == Z & ~S)),
+            z3.Implies(z3.Not(self.used[i]), z3.And(z3.Not(s), x1 == x, y1 == y, z1 == z)),
+            z3.Implies(op[Collective.ALL_REDUCE], z3.And(untouched, x1 == z3.Or(x, s), y1 == y, z1 == z)),
+            z3.Implies(op[Collective.REDUCE_SCATTER], z3.And(untouched, x1 == z3.Or(x, s), y1 == z3.Or(y, s), z1 == z)),
+            z3.Implies(op[Collective.REDUCE], z3.And(untouched, x1 == z3.Or(x, s), y1 == y, z1 == z3.Or(z, s))),
+            z3.Implies(op[Collective.ALL_GATHER], z3.And(z3.Implies(s, y), x1 == x, y1 == z3.And(y, z3.Not(s)), z1 == z)),
+            z3.Implies(op[Collective.BROADCAST], z3.And(z3.Implies(s, z), x1 == x, y1 == y, z1 == z3.And(z, z3.Not(s)))),
         )
 
-    def _bits(self, bv: z3.BitVecRef) -> list[z3.BoolRef]:
-        return [z3.Extract(c, c, bv) == 1 for c in range(self.C)]
-
     def _cost(self, step_cost: StepCost) -> z3.ArithRef:
-        alg = Z3Algebra(OP_CODES)
         terms = []
         for i in range(self.K):
-            t = step_cost(alg, self.ops[i], self._bits(self.slices[i]), self._bits(self.Y[i]), self._bits(self.Z[i]))
-            terms.append(z3.If(self.ops[i] == NONE_CODE, z3.RealVal(0), t))
+            alg = Z3Algebra(self.ops[i])
+            t = step_cost(alg, None, self.slices[i], self.Y[i], self.Z[i])
+            terms.append(z3.If(self.used[i], t, z3.RealVal(0)))
         return z3.Sum(terms)
 
     # -- decoding and search ----------------------------------------------
     def decode(self, model: z3.ModelRef) -> RawProgram:
         """The program of a model, as (collective, slice mask) pairs."""
         out = []
-        for op, S in zip(self.ops, self.slices):
-            code = model.eval(op, model_completion=True).as_long()
-            if code == NONE_CODE:
+        for i in range(self.K):
+            op = next((o for o, b in self.ops[i].items() if z3.is_true(model.eval(b, model_completion=True))), None)
+            if op is None:
                 break
-            out.append((_DECODE[code], model.eval(S, model_completion=True).as_long()))
+            mask = sum(1 << c for c, b in enumerate(self.slices[i]) if z3.is_true(model.eval(b, model_completion=True)))
+            out.append((op, mask))
         return tuple(out)
 
-    def block(self, program: RawProgram) -> None:
-        """Exclude exactly `program` from later models."""
+    def _is(self, program: RawProgram) -> z3.BoolRef:
+        """The constraint "the sketch holds exactly `program`"."""
         eqs = []
         for i in range(self.K):
             if i < len(program):
-                op, S = program[i]
-                eqs += [self.ops[i] == OP_CODES[op], self.slices[i] == S]
+                op, mask = program[i]
+                eqs.append(self.ops[i][op])
+                eqs += [b if mask >> c & 1 else z3.Not(b) for c, b in enumerate(self.slices[i])]
             else:
-                eqs.append(self.ops[i] == NONE_CODE)
-        self.solver.add(z3.Not(z3.And(eqs)))
+                eqs.append(z3.Not(self.used[i]))
+        return z3.And(eqs)
+
+    def block(self, program: RawProgram) -> None:
+        """Exclude exactly `program` from later models."""
+        self.solver.add(z3.Not(self._is(program)))
 
     def enumerate(self, deadline: Deadline | None = None, limit: int | None = None) -> Iterator[RawProgram]:
         """Every program of the sketch (blocking clauses), up to `limit`."""
@@ -235,7 +239,7 @@ class ProgramSketch:
         for length in range(1, len(best.program)):
             self.solver.push()
             try:
-                self.solver.add(self.total <= best.exact, self.ops[length] == NONE_CODE)
+                self.solver.add(self.total <= best.exact, z3.Not(self.used[length]))
                 if deadline.check(self.solver, "tie-break") == z3.sat:
                     return self.decode(self.solver.model())
             except SolverTimeout:
@@ -243,6 +247,48 @@ class ProgramSketch:
             finally:
                 self.solver.pop()
         return best.program
+
+    def prove_top(self, listed: Sequence[RawProgram], deadline: Deadline | None = None) -> tuple[list[Ranked], bool]:
+        """Check programs proposed by another search, and prove no other program is cheaper than the last.
+
+        Each listed program must be a model of the sketch; its cost is Z3's
+        exact evaluation. Then "not one of these, and strictly cheaper than
+        the last" must be unsat: that proves the list holds the cheapest
+        programs (up to ties with the last). Returns the ranked list and
+        whether the proof went through (False on timeout); ValueError if a
+        listed program is not a model or a cheaper one exists.
+        """
+        if self.total is None:
+            raise ValueError("this sketch was built without a cost model")
+        deadline = deadline or Deadline(None)
+        ranked = []
+        for program in listed:
+            self.solver.push()
+            try:
+                self.solver.add(self._is(program))
+                if deadline.check(self.solver, "program check") != z3.sat:
+                    raise ValueError(f"proposed program {program} is not a model of the sketch")
+                exact = self.solver.model().eval(self.total, model_completion=True)
+            finally:
+                self.solver.pop()
+            ranked.append(Ranked(program, _as_float(exact), proved=False, exact=exact))
+        if not ranked:
+            return ranked, False
+        self.solver.push()
+        try:
+            for program in listed:
+                self.block(program)
+            # costs come from floats: ties within a relative TIE_TOLERANCE are ties, not counter-examples
+            self.solver.add(self.total < max((r.exact for r in ranked), key=_as_float) * (1 - TIE_TOLERANCE))
+            try:
+                result = deadline.check(self.solver, "optimality proof")
+            except SolverTimeout:
+                return ranked, False
+            if result == z3.sat:
+                raise ValueError(f"a cheaper program exists than those proposed: {self.decode(self.solver.model())}")
+        finally:
+            self.solver.pop()
+        return [Ranked(r.program, r.cost, True, r.exact) for r in ranked], True
 
     def top(self, n: int, deadline: Deadline | None = None) -> list[Ranked]:
         """The `n` cheapest programs, best first, each proved cheapest among those not yet listed."""

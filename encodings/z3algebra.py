@@ -10,12 +10,12 @@ import z3
 class Z3Algebra:
     """Symbolic evaluation: booleans are Z3 Bool terms, values Z3 Real terms.
 
-    `op` is a Z3 bit-vector holding an operation code; `codes` maps each
-    collective to its code.
+    `ops` maps each collective to the Z3 Bool that says a step is that
+    collective; the cost model's `op` argument is ignored in favour of it.
     """
 
-    def __init__(self, codes: dict[Any, int]):
-        self.codes = codes
+    def __init__(self, ops: dict[Any, Any]):
+        self.ops = ops
 
     def ite(self, cond: Any, then: Any, other: Any) -> Any:
         if isinstance(cond, bool):
@@ -29,7 +29,7 @@ class Z3Algebra:
         return z3.Or(*conds) if len(conds) > 1 else conds[0]
 
     def is_op(self, op: Any, which: Any) -> Any:
-        return op == self.codes[which]
+        return self.ops[which]
 
 
 def _real(x: Any) -> Any:

@@ -190,6 +190,46 @@ def cheapest(
     return None
 
 
+def cheapest_programs(
+    collective: Collective,
+    num_cells: int,
+    max_steps: int,
+    step_cost: Callable[[AbstractState, Collective, int], float],
+    n: int,
+    max_pushes: int = 300_000,
+) -> list[tuple[float, tuple[tuple[Collective, int], ...]]] | None:
+    """The `n` cheapest programs within `max_steps`, cheapest (then shortest) first.
+
+    Uniform-cost search over partial programs: with non-negative step costs,
+    complete programs leave the queue in order of cost. Returns None when the
+    search would push more than `max_pushes` partial programs (the caller then
+    lets Z3 search instead).
+    """
+    start = start_state(collective, num_cells)
+    tie = itertools.count()
+    heap = [(0.0, 0, next(tie), start, ())]
+    out: list[tuple[float, tuple]] = []
+    pushes = 0
+    while heap and len(out) < n:
+        cost, depth, _, state, prog = heapq.heappop(heap)
+        if prog and is_goal(collective, state, num_cells):
+            out.append((cost, prog))
+        if depth == max_steps:
+            continue
+        for op, S, nxt in successors(state, num_cells):
+            pushes += 1
+            if pushes > max_pushes:
+                return None
+            c = cost + step_cost(state, op, S)
+            heapq.heappush(heap, (_tie_key(c), depth + 1, next(tie), nxt, prog + ((op, S),)))
+    return [(c, p) for c, p in out]
+
+
+def _tie_key(cost: float) -> float:
+    """Cost rounded to 12 significant digits, so float noise does not break ties by length."""
+    return float(f"{cost:.12g}")
+
+
 def all_masks(num_cells: int) -> list[int]:
     """Every non-empty slice mask over `num_cells` cells."""
     return list(range(1, 1 << num_cells))

@@ -15,8 +15,8 @@ from encodings.errors import SolverTimeout
 from encodings.programs import Deadline, ProgramSketch, RawProgram
 from hierarchies.placement import Placement
 from hierarchies.program import Program, Request, Step, default_program
-from solver.abstract import count_programs
-from solver.cost import CostModel, cost_model, program_seconds
+from solver.abstract import cheapest_programs, count_programs
+from solver.cost import CostModel, cost_model, program_seconds, step_seconds
 from solver.verify import verifier
 
 # `--top all` refuses to list more programs than this per placement.
@@ -115,11 +115,7 @@ def solve(
         if len(ranked) != count:
             raise VerificationError(f"Z3 listed {len(ranked)} programs, the abstract count is {count}")
         return Solution(placement, request, message_bytes, default, tuple(ranked), count, True)
-    timed_out = False
-    try:
-        found = sketch.top(top, deadline)
-    except SolverTimeout:
-        found, timed_out = [], True
+    found, timed_out = _proved_top(sketch, request, n_cells, max_steps, top, model, deadline)
     ranked = []
     for r in found:
         item = rank(to_program(r.program, placement, request), placement, request, model)
@@ -131,5 +127,29 @@ def solve(
     return Solution(placement, request, message_bytes, default, tuple(sorted(ranked, key=_order)), count, proved, timed_out)
 
 
+def _proved_top(sketch: ProgramSketch, request: Request, n_cells: int, max_steps: int, top: int,
+                model: CostModel, deadline: Deadline) -> tuple[list, bool]:
+    """The `top` cheapest programs, each proved by Z3.
+
+    The explicit uniform-cost search over the abstract semantics proposes
+    them (fast while the space is moderate) and Z3 checks each and proves
+    that nothing else is cheaper; two independent implementations must
+    agree. Where the explicit search would be too large, Z3 searches alone
+    by iterative tightening.
+    """
+    proposed = cheapest_programs(request.collective, n_cells, max_steps,
+                                 lambda s, op, S: step_seconds(model, s, op, S, n_cells), top)
+    try:
+        if proposed is None:
+            return sketch.top(top, deadline), False
+        try:
+            ranked, proved = sketch.prove_top([p for _, p in proposed], deadline)
+        except ValueError as e:
+            raise VerificationError(f"the explicit search and Z3 disagree: {e}") from None
+        return ranked, not proved
+    except SolverTimeout:
+        return [], True
+
+
 def _order(r: Ranked) -> tuple:
-    return (round(r.cost_s, 15), len(r.program), r.program)
+    return (float(f"{r.cost_s:.12g}"), len(r.program), r.program)

@@ -124,3 +124,20 @@ def test_large_system_is_solved_and_verified_on_a_miniature():
     sol = solve(p, Request(frozenset({0})), 1 << 30, 4, top=3)
     assert sol.optimal and all(r.verified for r in sol.programs)
     assert sol.best.cost_s < sol.default.cost_s
+
+
+@given(_costed_case())
+def test_z3_alone_by_tightening_finds_the_dijkstra_optimum(case):
+    # the fallback path for spaces too large for the explicit search: Z3 searches on its own
+    from encodings.programs import ProgramSketch
+
+    p, req, size = case
+    n = len(req.reduced_cells(p))
+    if n == 0 or n > 3:
+        return
+    model = cost_model(p, req, size)
+    oracle = abstract.cheapest(req.collective, n, 3, lambda s, op, S: step_seconds(model, s, op, S, n))
+    (best,) = ProgramSketch(req.collective, n, 3, model.step_time).top(1)
+    assert best.proved and math.isclose(best.cost, oracle[0], rel_tol=1e-9)
+    raw_cost = sum(program_seconds(model, p, req, to_program(best.program, p, req)))
+    assert math.isclose(raw_cost, oracle[0], rel_tol=1e-9)
