@@ -3,7 +3,7 @@
 Exit codes: 0 success; 1 internal error; 2 bad spec or arguments (one line per
 problem on stderr); 3 no program exists within the bound; 4 the time budget
 ran out before everything was proved (what was proved is still printed and
-written).
+written); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         return _main(argv, err)
+    except KeyboardInterrupt:
+        err.print("interrupted", markup=False)
+        return 130
     except Exception as e:  # a bug: one line unless P2SYNTH_DEBUG asks for the traceback
         if os.environ.get("P2SYNTH_DEBUG"):
             raise
@@ -134,7 +137,7 @@ def _main(argv: list[str] | None, err: Console) -> int:
         err.print(f"error: --top all: {e} per placement is too many to list; use --top N or a smaller max_steps", markup=False)
         return EXIT_USAGE
     except VerificationError as e:
-        err.print(f"internal error: a synthesized program failed the concrete checker: {e}", markup=False)
+        err.print(f"internal error: {e}", markup=False)
         return EXIT_INTERNAL
     if args.export:
         if args.placement >= len(result.placements):

@@ -24,7 +24,7 @@ LIST_ALL_LIMIT = 20_000
 
 
 class VerificationError(Exception):
-    """A program found by Z3 failed the concrete checker: an encoding bug, never reported as a result."""
+    """An independent check disagreed (concrete checker, explicit search vs Z3): a bug, never a result."""
 
 
 class TooManyPrograms(Exception):
@@ -79,7 +79,7 @@ def rank(program: Program, placement: Placement, request: Request, model: CostMo
     """Check `program` concretely and cost it; VerificationError if the check fails."""
     result = verifier(placement, request).check(program)
     if not result.ok:
-        raise VerificationError(f"{program.text(placement)}: {result.reason}")
+        raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
     steps = tuple(program_seconds(model, placement, request, program))
     return Ranked(program, math.fsum(steps), steps, verified=True)
 
