@@ -160,9 +160,7 @@ def _count(collective: Collective, C: int, K: int) -> int:
                     nxt[key] = nxt.get(key, 0) + ways * comb(n[src], j)
         layer = nxt
         total += sum(w for n, w in layer.items() if goal(n))
-    if goal(start):
-        total += 0  # the empty program is not counted: a program has at least one step
-    return total
+    return total  # the empty program is not counted: a program has at least one step
 
 
 def cheapest(
@@ -228,8 +226,3 @@ def cheapest_programs(
 def _tie_key(cost: float) -> float:
     """Cost rounded to 12 significant digits, so float noise does not break ties by length."""
     return float(f"{cost:.12g}")
-
-
-def all_masks(num_cells: int) -> list[int]:
-    """Every non-empty slice mask over `num_cells` cells."""
-    return list(range(1, 1 << num_cells))

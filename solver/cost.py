@@ -12,7 +12,6 @@ a time to a running value, so the symbolic form stays in linear real arithmetic.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
@@ -173,13 +172,3 @@ def cost_model(placement: Placement, request: Request, message_bytes: float, kin
     if kind != "alpha-beta":
         raise ValueError(f"unknown cost model {kind!r}; use one of {', '.join(COST_MODELS)}")
     return AlphaBeta(placement, request, message_bytes)
-
-
-def effective_cells(placement: Placement, request: Request) -> int:
-    """Number of reduced cells (the abstract search's width)."""
-    return len(request.reduced_cells(placement))
-
-
-def group_size(placement: Placement, request: Request) -> int:
-    """Devices per reduction group, ``G``."""
-    return math.prod(placement.axes[a].size for a in request.axes)
