@@ -12,7 +12,11 @@ the emulated cluster call for (see ``docs/simulator.md``):
 * reduction compute: summing received data costs ``bytes / reduce_GBps`` on a
   CPU (``Hierarchy.reduce_GBps``; none on GPUs, where it hides under transfer);
 * a fixed per-step overhead (``Hierarchy.step_overhead_us``): launching one
-  collective on a sub-communicator, measured on the runtime.
+  collective on a sub-communicator, measured on the runtime;
+* flat groups: one collective over a group spanning several levels runs
+  rank-order recursive halving / doubling (Open MPI's Rabenseifner), so every
+  member's outer rounds cross the outer links, shared by the unit's devices
+  (``hierarchy_aware=True`` restores the older "each unit's share once" view).
 
 Written against the same tiny algebra as AlphaBeta, so Z3 minimises exactly
 what the report prints. ``log2 k`` is the sum of ``log2`` of the slice's
@@ -22,8 +26,9 @@ factors, which keeps the symbolic form linear.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
@@ -45,6 +50,11 @@ class Simulator:
     placement: Placement
     request: Request
     message_bytes: float
+    # Whether one collective over a group that spans several levels moves data hierarchy-aware (each unit's
+    # share crosses the outer fabric once, as a ring in rank order does) or flat (each member's outer
+    # rounds cross, as recursive halving/doubling and Rabenseifner over ranks in order do, which Open MPI
+    # picks for 4-15 ranks above 8 KiB; see docs/simulator.md, "Flat groups").
+    hierarchy_aware: bool = False
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
         """Predicted seconds of one step ``(op, S)`` given the scattered `Y` and rooted `Z` cells."""
@@ -62,12 +72,29 @@ class Simulator:
             m_times_k = alg.ite(s, m_times_k * p, m_times_k)
         spans = [alg.any([s for s, lv in zip(S, levels) if lv == l]) for l in range(len(h.levels))]
 
-        def transfer(volume: Any) -> Any:
-            """Seconds to move `volume` bytes per member across the slowest spanned level."""
+        # What one member sends across level l's boundary. Hierarchy-aware: the step's whole volume
+        # (divided among the unit's members in _level_time). Flat (rank-order recursive halving /
+        # doubling): only the rounds whose partner lies outside the member's level-l unit cross it,
+        # the outer rounds first for reduce-type phases: (1 - 1/K) m with K the slice's factors at
+        # levels <= l; for all_gather (inner rounds first) the held data times (k - K'), K' the
+        # factors at levels > l.
+        m_outer = [m] * len(h.levels)   # m / (slice factors at levels <= l)
+        m_inner = [m] * len(h.levels)   # m * (slice factors at levels > l)
+        for l in range(len(h.levels)):
+            for s, p, lv in zip(S, factors, levels):
+                if lv <= l:
+                    m_outer[l] = alg.ite(s, m_outer[l] * (1.0 / p), m_outer[l])
+                else:
+                    m_inner[l] = alg.ite(s, m_inner[l] * p, m_inner[l])
+
+        def transfer(volume: Any, crossing=None) -> Any:
+            """Seconds to move `volume` bytes per member across the slowest spanned level
+            (`crossing(l)`: what crosses level l when the group is flat)."""
             worst = 0.0
             for l in range(len(h.levels)):
                 if any(lv == l for lv in levels):
-                    worst = alg.ite(spans[l], _max(alg, self._level_time(alg, l, volume, S, Z, factors, levels), worst), worst)
+                    v = volume if self.hierarchy_aware or crossing is None else crossing(l)
+                    worst = alg.ite(spans[l], _max(alg, self._level_time(alg, l, v, S, Z, factors, levels), worst), worst)
             return worst
 
         gamma = 0.0 if h.reduce_GBps is None else 1.0 / (h.reduce_GBps * 1e9)
@@ -75,10 +102,11 @@ class Simulator:
         lat = self._per_cell(alg, S, cells, lambda c, p: math.log2(p) * h.links[c.level].latency)
         # Bandwidth-optimal schedules (ring, Rabenseifner, recursive halving, Bruck): latency
         # log2 k rounds (twice for two-phase ones), the volume spread over the group's members.
-        ring_ar = lat * 2.0 + transfer(part * 2.0) + part * gamma
-        rs = lat + transfer(part) + part * gamma
-        ag = lat + transfer(m_times_k - m)
-        scatter_based = lat * 2.0 + transfer(part * 2.0)
+        reduce_phase = lambda l: m - m_outer[l]
+        ring_ar = lat * 2.0 + transfer(part * 2.0, lambda l: reduce_phase(l) * 2.0) + part * gamma
+        rs = lat + transfer(part, reduce_phase) + part * gamma
+        ag = lat + transfer(m_times_k - m, lambda l: m_times_k - m_inner[l])
+        scatter_based = lat * 2.0 + transfer(part * 2.0, lambda l: reduce_phase(l) * 2.0)
         # Latency-optimal schedules (recursive doubling, binomial trees): log2 k rounds, each moving
         # the whole buffer across the level of the cell that round spans.
         rounds = self._per_cell(alg, S, cells, lambda c, p: math.log2(p) * (h.links[c.level].latency + self._round_time(alg, c.level, m, Z, factors, levels)))
@@ -118,12 +146,14 @@ class Simulator:
         link = self.placement.hierarchy.links[l]
         inner = [i for i, lv in enumerate(levels) if lv > l]
         per_device = volume * (1.0 / link.bandwidth)
-        for i in inner:
-            per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
+        if self.hierarchy_aware:
+            for i in inner:
+                per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
         if link.uplink is None:
             return per_device
         shared = volume * (self.placement.hierarchy.devices_below(l) / link.uplink)
         for i in inner:
-            shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
+            if self.hierarchy_aware:
+                shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
             shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
         return _max(alg, shared, per_device)

@@ -2,7 +2,6 @@
 
 import math
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,3 +82,46 @@ def test_z3_minimises_the_simulator_exactly(data):
     oracle = abstract.cheapest(col, 2, 3, lambda s, op, S: step_seconds(sim, s, op, S, 2))
     sol = solve(p, req, size, 3, top=1, model_kind="simulator")
     assert sol.optimal and math.isclose(sol.best.cost_s, oracle[0], rel_tol=1e-9)
+
+
+def _flat_pair():
+    # node 2 x core 2, one 1 GB/s NIC per node shared by its 2 cores; shared memory 10 GB/s
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
+                          Level(name="core", count=2, bandwidth_GBps=10.0, latency_us=1.0)))
+    return Placement(h, (Axis(name="data", size=4),), ((2, 2),))
+
+
+def test_a_flat_group_over_two_levels_pushes_every_members_traffic_through_the_nic():
+    p, m = _flat_pair(), float(1 << 26)
+    lat = 10e-6 + 1e-6  # log2(2) rounds at each level
+    # Rabenseifner in rank order: the first halving round (and the last doubling round) pairs ranks on the
+    # other node, m/2 each; both members of a node send through its NIC: 2 * 2 * (m/2) / 1 GB/s.
+    # (Hierarchy-aware it would be one member's worth, 1.5 m / 1 GB/s.) The core rounds (1.5 m at 10 GB/s) hide.
+    ring = 2 * lat + 2 * m / 1e9
+    # recursive doubling: the node round moves m per member (2m through the NIC), the core round m at 10 GB/s
+    rd = lat + 2 * m / 1e9 + m / 10e9
+    assert ring < rd
+    sim = Simulator(p, Request(frozenset({0})), m)
+    assert math.isclose(step_seconds(sim, abstract.start_state(AR, 2), AR, 0b11, 2), ring, rel_tol=1e-12)
+    # reduce_scatter: one halving phase, m/2 per member across the NIC, two members
+    sim = Simulator(p, Request(frozenset({0}), RS), m)
+    assert math.isclose(step_seconds(sim, abstract.start_state(RS, 2), RS, 0b11, 2), lat + m / 1e9, rel_tol=1e-12)
+
+
+def test_a_hierarchy_aware_group_sends_each_units_share_once():
+    p, m = _flat_pair(), float(1 << 26)
+    lat = 10e-6 + 1e-6
+    # V = 1.5 m per member, but only one member's worth leaves each node: V / 1 GB/s
+    ring = 2 * lat + 1.5 * m / 1e9
+    sim = Simulator(p, Request(frozenset({0})), m, hierarchy_aware=True)
+    assert math.isclose(step_seconds(sim, abstract.start_state(AR, 2), AR, 0b11, 2), ring, rel_tol=1e-12)
+
+
+def test_single_level_steps_do_not_depend_on_the_flat_term():
+    p, m = _flat_pair(), float(1 << 22)
+    for op in (AR, RS):
+        a = Simulator(p, Request(frozenset({0}), op), m)
+        b = Simulator(p, Request(frozenset({0}), op), m, hierarchy_aware=True)
+        for S in (0b01, 0b10):
+            st0 = abstract.start_state(op, 2)
+            assert step_seconds(a, st0, op, S, 2) == step_seconds(b, st0, op, S, 2)

@@ -1,0 +1,5 @@
+import sys
+
+from scripts.accuracy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""``python -m scripts.accuracy``: measure a suite on the testbed (root) or recompute from raw JSON.
+
+    sudo python -m scripts.accuracy --suite default --out accuracy.json --plot docs/accuracy/predicted_vs_measured.png
+    python -m scripts.accuracy --from-raw docs/accuracy/raw.json --out accuracy.json --plot docs/accuracy/predicted_vs_measured.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import solver  # noqa: F401  (makes our encodings/ importable)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m scripts.accuracy", description=__doc__.split("\n")[0])
+    p.add_argument("--suite", default="default", help="suite name (default, tiny) or a suite JSON file")
+    p.add_argument("--from-raw", type=Path, nargs="+", help="recompute the report from raw measurement JSON(s), no testbed; "
+                   "several files are merged (their testbeds side by side; the first file's suite gives the split)")
+    p.add_argument("--raw", type=Path, default=None, help="where to write raw measurements (default: OUT with .raw.json); "
+                   "with several --from-raw files, where to write the merged raw document")
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-accuracy"), help="plans, bench outputs, hierarchies")
+    p.add_argument("--out", type=Path, required=True, help="the report JSON")
+    p.add_argument("--plot", type=Path, help="predicted-vs-measured PNG")
+    p.add_argument("--summary", type=Path, help="also write the summary JSON here (e.g. docs/accuracy/summary.json)")
+    p.add_argument("--fitted-dir", type=Path, help="write each testbed's fitted hierarchy (calibration + fitted constants) here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.from_raw:
+        raw = merge_raw([json.loads(p.read_text()) for p in args.from_raw])
+        raw_name = " ".join(str(p) for p in args.from_raw)
+        if len(args.from_raw) > 1 and args.raw:
+            args.raw.write_text(json.dumps(raw, separators=(",", ":")) + "\n")
+            raw_name = str(args.raw)
+    else:
+        from scripts.accuracy.measure import measure_suite
+        from scripts.accuracy.suite import load_suite
+
+        suite = load_suite(args.suite)
+        raw_path = args.raw or args.out.with_suffix(".raw.json")
+        raw = measure_suite(suite, args.workdir, raw_path, log=lambda s: print(s, file=sys.stderr, flush=True))
+        raw_name = str(raw_path)
+    from scripts.accuracy.report import build_report, plot, summary_doc
+
+    report = build_report(raw)
+    report["raw"] = raw_name
+    args.out.write_text(json.dumps(report, separators=(",", ":")) + "\n")
+    if args.plot:
+        plot(report, args.plot)
+    if args.fitted_dir:
+        args.fitted_dir.mkdir(parents=True, exist_ok=True)
+        for name, h in report["hierarchies"].items():
+            (args.fitted_dir / f"{name}.json").write_text(json.dumps(h, indent=2) + "\n")
+    if args.summary:
+        args.summary.write_text(json.dumps(summary_doc(report, raw_name, args.plot), indent=2) + "\n")
+    print(render(report))
+    return 0
+
+
+def merge_raw(raws: list[dict]) -> dict:
+    """One raw document from several runs: their testbeds side by side, the first run's suite for the split."""
+    if len(raws) == 1:
+        return raws[0]
+    names = [tb["testbed"]["name"] for r in raws for tb in r["testbeds"]]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"error: testbed names repeat across the raw files: {names}")
+    return {"suite": raws[0]["suite"], "suites": [r["suite"] for r in raws], "started": raws[0].get("started"),
+            "finished": raws[-1].get("finished"), "testbeds": [tb for r in raws for tb in r["testbeds"]]}
+
+
+def render(report: dict) -> str:
+    lines = [f"held-out cases: {report['summary']['simulator']['cases']}  (fit cases: {report['fit']['cases']})"]
+    keys = ["cases", "top1", "top5", "top10", "spearman", "median_rel_error", "max_rel_error", "win_fraction",
+            "max_speedup", "mean_speedup", "placement_spread_max", "placement_spread_mean"]
+    lines.append(f"{'metric':<24}{'simulator':>12}{'alpha-beta':>12}")
+    for k in keys:
+        a, b = report["summary"]["simulator"].get(k), report["summary"]["alpha-beta"].get(k)
+        f = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+        lines.append(f"{k:<24}{f(a):>12}{f(b):>12}")
+    return "\n".join(lines)
+
+
+def markdown(report: dict) -> str:
+    """The summary as a Markdown table (simulator, alpha-beta, and the paper's figures)."""
+    s, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
+    paper = {"win_fraction": "0.69", "max_speedup": "2.04", "mean_speedup": "1.27", "top10": "> 0.9"}
+    target = {"top1": ">= 0.80", "top10": ">= 0.99", "spearman": ">= 0.9", "median_rel_error": "<= 0.15"}
+    rows = ["| metric | simulator | alpha-beta | target | paper |", "|---|---|---|---|---|"]
+    keys = ["cases", "top1", "top5", "top10", "cases_over_5_programs", "top5_over_5", "cases_over_10_programs",
+            "top10_over_10", "top1_within_5pct", "spearman", "spearman_median", "median_rel_error",
+            "max_rel_error", "win_fraction", "max_speedup", "mean_speedup", "min_speedup", "placement_spread_max",
+            "placement_spread_mean", "best_placement_picked"]
+    f = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+    for k in keys:
+        rows.append(f"| {k} | {f(s.get(k))} | {f(ab.get(k))} | {target.get(k, '')} | {paper.get(k, '')} |")
+    return "\n".join(rows)

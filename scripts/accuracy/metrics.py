@@ -1,0 +1,74 @@
+"""Metric functions of the accuracy report: pure, on plain lists (tested on hand-made data)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """Average ranks (1-based), ties share the mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for t in range(i, j + 1):
+            out[order[t]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman rank correlation (Pearson on average ranks); None with fewer than 3 points or no spread."""
+    if len(xs) != len(ys):
+        raise ValueError("length mismatch")
+    if len(xs) < 3:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = math.fsum((a - mx) ** 2 for a in rx)
+    syy = math.fsum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def model_order(predicted: Sequence[float], lengths: Sequence[int] | None = None) -> list[int]:
+    """Indices, best predicted first; ties broken by fewer steps, then by position (as the solver does)."""
+    lengths = lengths or [0] * len(predicted)
+    return sorted(range(len(predicted)), key=lambda i: (predicted[i], lengths[i], i))
+
+
+def in_top_k(predicted: Sequence[float], measured: Sequence[float], k: int, lengths: Sequence[int] | None = None) -> bool:
+    """Is the measured-fastest program among the model's `k` best predictions?"""
+    best = min(range(len(measured)), key=lambda i: measured[i])
+    return best in model_order(predicted, lengths)[:k]
+
+
+def rel_error(predicted: float, measured: float) -> float:
+    """|predicted - measured| / measured."""
+    return abs(predicted - measured) / measured
+
+
+def pick_speedup(predicted: Sequence[float], measured: Sequence[float], default_index: int,
+                 lengths: Sequence[int] | None = None) -> float:
+    """Measured time of the default over the measured time of the model's pick (1.0 when it picks the default)."""
+    pick = model_order(predicted, lengths)[0]
+    return measured[default_index] / measured[pick]
+
+
+def spread(times: Sequence[float]) -> float:
+    """Slowest over fastest."""
+    return max(times) / min(times)
+
+
+def summarize(values: Sequence[float]) -> dict:
+    """median / mean / max of a list (None when empty)."""
+    if not values:
+        return {"median": None, "mean": None, "max": None}
+    return {"median": statistics.median(values), "mean": statistics.fmean(values), "max": max(values)}

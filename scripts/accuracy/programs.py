@@ -1,0 +1,75 @@
+"""Programs of a combo, their predictions under either cost model, and which ones to measure."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+from hierarchies.model import Hierarchy
+from hierarchies.placement import Axis, Placement, enumerate_matrices
+from hierarchies.program import Collective, Program, Request, default_program
+from solver.abstract import enumerate_programs
+from solver.cost import cost_model, program_seconds
+from solver.search import to_program
+
+
+def placements(h: Hierarchy, axes: tuple[tuple[str, int], ...]) -> list[Placement]:
+    """Every placement of `axes` on `h` (the plain enumerator)."""
+    ax = tuple(Axis(name=n, size=s) for n, s in axes)
+    return [Placement(h, ax, m) for m in enumerate_matrices(tuple(s for _, s in axes), h.counts)]
+
+
+def requests(axes: tuple[tuple[str, int], ...], collectives: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
+    """(axis names, collective) for every non-empty subset of the axes (one and two axes)."""
+    names = [n for n, _ in axes]
+    subsets = [c for r in (1, 2) for c in itertools.combinations(names, r)]
+    return [(s, col) for col in collectives for s in subsets]
+
+
+def make_request(placement: Placement, names: tuple[str, ...], collective: str) -> Request:
+    index = [a.name for a in placement.axes]
+    return Request(frozenset(index.index(n) for n in names), Collective(collective))
+
+
+def all_programs(placement: Placement, request: Request, max_steps: int) -> list[Program]:
+    """Every valid program within `max_steps` (the abstract enumerator; same set Z3 lists with --top all)."""
+    n = len(request.reduced_cells(placement))
+    return [to_program(raw, placement, request) for raw in enumerate_programs(request.collective, n, max_steps)]
+
+
+def predict(placement: Placement, request: Request, program: Program, nbytes: float, kind: str) -> float:
+    """Predicted seconds of `program` at `nbytes` under cost model `kind`."""
+    if not program.steps:
+        return 0.0
+    return math.fsum(program_seconds(cost_model(placement, request, nbytes, kind), placement, request, program))
+
+
+def choose(placement: Placement, request: Request, programs: list[Program], sizes, *, top_sim: int, top_ab: int,
+           sample: int, cap: int, seed: int) -> list[Program]:
+    """What to measure: the simulator's best `top_sim` and alpha-beta's best `top_ab` at every size, plus a
+    random sample of the rest, at most `cap` (the default program is always measured, apart from these)."""
+    default = default_program(placement, request)
+    if len(programs) <= cap + 1:
+        return [p for p in programs if p != default]
+    chosen: list[Program] = []
+
+    def add(p: Program) -> None:
+        if p != default and p not in chosen and len(chosen) < cap:
+            chosen.append(p)
+
+    ranked = {}
+    for kind, k in (("simulator", top_sim), ("alpha-beta", top_ab)):
+        for size in sizes:
+            ranked[kind, size] = sorted(programs, key=lambda p: (predict(placement, request, p, size, kind), len(p.steps)))
+    for i in range(max(top_sim, top_ab)):
+        for kind, k in (("simulator", top_sim), ("alpha-beta", top_ab)):
+            if i < k:
+                for size in sizes:
+                    add(ranked[kind, size][i])
+    rest = [p for p in programs if p not in chosen and p != default]
+    rng = random.Random(seed)
+    for p in rng.sample(rest, min(sample, len(rest))):
+        if len(chosen) < cap + sample:
+            chosen.append(p)
+    return chosen

@@ -1,0 +1,203 @@
+"""The accuracy report (scripts.accuracy): metric functions on hand-made data, the report recomputed from a
+small recorded raw file, and (root only) a one-testbed end-to-end run of the tiny suite."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.accuracy import metrics as M
+from scripts.accuracy.report import (
+    SUMMARY_FIELDS,
+    build_report,
+    measured_time,
+    plot,
+    summary_doc,
+)
+from scripts.accuracy.suite import DEFAULT, TINY, Suite
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "data" / "accuracy-raw-tiny.json"
+
+
+# ---- metrics on hand-made data -------------------------------------------------------------
+def test_ranks_average_ties():
+    assert M.ranks([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]
+    assert M.ranks([1.0, 2.0, 2.0, 5.0]) == [1.0, 2.5, 2.5, 4.0]
+
+
+def test_spearman_exact_values():
+    assert M.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert M.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # d = (0, 0, 1, -1): 1 - 6*2 / (4*15) = 0.8
+    assert M.spearman([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(0.8)
+    assert M.spearman([1, 2], [2, 1]) is None
+    assert M.spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_top_k_and_the_models_tie_break():
+    measured = [5.0, 3.0, 4.0, 1.0]
+    assert M.in_top_k([1.0, 2.0, 3.0, 4.0], measured, 1) is False
+    assert M.in_top_k([1.0, 2.0, 3.0, 4.0], measured, 3) is False
+    assert M.in_top_k([1.0, 2.0, 3.0, 4.0], measured, 4) is True
+    assert M.in_top_k([4.0, 3.0, 2.0, 0.5], measured, 1) is True
+    # a predicted tie goes to the shorter program, as in the solver
+    assert M.model_order([1.0, 1.0, 2.0], [3, 1, 1]) == [1, 0, 2]
+    assert M.in_top_k([1.0, 1.0, 2.0], [2.0, 1.0, 3.0], 1, [3, 1, 1]) is True
+
+
+def test_pick_speedup_rel_error_spread():
+    # the model picks program 1 (measured 2.0); the default (index 0) took 3.0
+    assert M.pick_speedup([2.0, 1.0, 3.0], [3.0, 2.0, 1.0], 0) == pytest.approx(1.5)
+    # picking the default itself is 1.0
+    assert M.pick_speedup([0.5, 1.0], [3.0, 2.0], 0) == pytest.approx(1.0)
+    assert M.rel_error(1.2, 1.0) == pytest.approx(0.2)
+    assert M.rel_error(0.5, 1.0) == pytest.approx(0.5)
+    assert M.spread([2.0, 5.0, 4.0]) == pytest.approx(2.5)
+    assert M.summarize([1.0, 3.0, 2.0]) == {"median": 2.0, "mean": 2.0, "max": 3.0}
+
+
+def test_measured_time_is_the_fastest_repeat():
+    assert measured_time({"time_s": 2.0, "repeats_s": [3.0, 1.5, 2.0]}) == 1.5
+    assert measured_time({"time_s": 2.0, "repeats_s": [3.0, 1.5, 2.0]}, "median") == 2.0
+
+
+def test_suites_have_enough_cases_and_round_trip():
+    for s in (DEFAULT, TINY):
+        assert Suite.from_json(json.loads(json.dumps(s.to_json()))) == s
+    assert all(b == a * 4 for a, b in zip(DEFAULT.sizes, DEFAULT.sizes[1:]))
+    assert DEFAULT.sizes[0] == 64 * 1024
+
+
+# ---- the report from a recorded raw file ----------------------------------------------------
+@pytest.fixture(scope="module")
+def report():
+    return build_report(json.loads(FIXTURE.read_text()))
+
+
+def test_report_from_recorded_raw(report):
+    raw = json.loads(FIXTURE.read_text())
+    combos = raw["testbeds"][0]["combos"]
+    sizes = {r["nbytes"] for c in combos for r in c["results"]}
+    assert len(report["cases"]) == len(combos) * len(sizes) == 8
+    # combo 0 is the fit subset (index % fit_every == 0); the metrics are on the 6 others
+    assert report["fit"]["cases"] == 2
+    for model in ("simulator", "alpha-beta"):
+        s = report["summary"][model]
+        assert s["cases"] == 6
+        for k in ("top1", "top5", "top10", "win_fraction"):
+            assert 0.0 <= s[k] <= 1.0
+        assert s["top1"] <= s["top5"] <= s["top10"]
+        assert s["max_speedup"] >= s["mean_speedup"] > 0
+        assert -1.0 <= s["spearman"] <= 1.0
+        assert s["median_rel_error"] <= s["max_rel_error"]
+
+
+def test_report_oracle_matches_a_hand_computation(report):
+    raw = json.loads(FIXTURE.read_text())
+    speedups = []
+    for c in raw["testbeds"][0]["combos"]:
+        if c["index"] % raw["suite"]["fit_every"] == 0:
+            continue
+        for size in sorted({r["nbytes"] for r in c["results"]}):
+            rs = [r for r in c["results"] if r["nbytes"] == size]
+            t = [min(r["repeats_s"]) for r in rs]
+            d = next(min(r["repeats_s"]) for r in rs if r["default"])
+            speedups.append(d / min(t))
+    o = report["summary"]["oracle"]
+    assert o["max_speedup"] == pytest.approx(max(speedups))
+    assert o["mean_speedup"] == pytest.approx(sum(speedups) / len(speedups))
+
+
+def test_report_top1_matches_its_own_case_table(report):
+    held = [c for c in report["cases"] if not c["fit"]]
+    hits = 0
+    for c in held:
+        ps = c["programs"]
+        best = min(range(len(ps)), key=lambda i: ps[i]["measured_s"])
+        pick = min(range(len(ps)), key=lambda i: (ps[i]["simulator_s"], ps[i]["text"].count("->"), i))
+        hits += best == pick
+    assert report["summary"]["simulator"]["top1"] == pytest.approx(hits / len(held))
+
+
+def test_summary_doc(report, tmp_path):
+    doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json", tmp_path / "p.png")
+    for k in SUMMARY_FIELDS:
+        assert k in doc
+    assert doc["cases"] == 6 and "recompute" in doc["reproduce"]
+
+
+def test_plot(report, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib (pip install '.[plot]')")
+    plot(report, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_from_raw(tmp_path):
+    out, png, summary = tmp_path / "acc.json", tmp_path / "acc.png", tmp_path / "summary.json"
+    try:
+        import matplotlib  # noqa: F401
+        plotting = ["--plot", str(png)]
+    except ImportError:
+        plotting = []
+    r = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--from-raw", str(FIXTURE), "--out", str(out),
+                        *plotting, "--summary", str(summary)], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "top1" in r.stdout
+    assert json.loads(summary.read_text())["cases"] == 6
+    assert json.loads(out.read_text())["summary"]["simulator"]["cases"] == 6
+    assert png.exists() or not plotting
+
+
+# ---- end to end on a real testbed (root) ----------------------------------------------------
+def _testbed_reason() -> str | None:
+    if sys.platform != "linux":
+        return "network namespaces are Linux only"
+    from scripts.testbed.net import netns_available
+
+    ok, why = netns_available()
+    if not ok:
+        return f"cannot create network namespaces ({why})"
+    if not (Path(sys.executable).parent / "mpirun").exists() and not __import__("shutil").which("mpirun"):
+        return "mpirun not found"
+    return None
+
+
+@pytest.mark.testbed
+@pytest.mark.mpi
+def test_tiny_suite_end_to_end(tmp_path):
+    reason = _testbed_reason()
+    if reason:
+        pytest.skip(reason)
+    env = dict(os.environ, P2S_ACCURACY_INSTANCE=f"a{os.getpid() % 10**6}")
+    out = tmp_path / "acc.json"
+    r = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--suite", "tiny", "--workdir", str(tmp_path / "w"),
+                        "--out", str(out)], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    raw = json.loads((tmp_path / "acc.raw.json").read_text())
+    combos = raw["testbeds"][0]["combos"]
+    assert len(combos) == 2 and all(c["results"] and not c.get("error") for c in combos)
+    assert all(r["wrong"] == 0 for c in combos for r in c["results"])
+    rep = json.loads(out.read_text())
+    assert rep["fit"]["cases"] == 2 and rep["summary"]["simulator"]["cases"] == 2
+    assert math.isfinite(rep["summary"]["simulator"]["median_rel_error"])
+
+
+def test_merge_raw_puts_testbeds_side_by_side_and_refuses_repeated_names():
+    from scripts.accuracy.cli import merge_raw
+
+    raw = json.loads(FIXTURE.read_text())
+    other = json.loads(FIXTURE.read_text())
+    other["testbeds"][0]["testbed"]["name"] = "again"
+    merged = merge_raw([raw, other])
+    assert [tb["testbed"]["name"] for tb in merged["testbeds"]] == [raw["testbeds"][0]["testbed"]["name"], "again"]
+    assert merged["suite"] == raw["suite"] and len(merged["suites"]) == 2
+    assert build_report(merged)["summary"]["simulator"]["cases"] == 12
+    with pytest.raises(SystemExit):
+        merge_raw([raw, raw])
