@@ -86,6 +86,60 @@ def program_seconds(model: CostModel, placement: Placement, request: Request, pr
 
 
 @dataclass(frozen=True)
+class StepShape:
+    """What both cost models derive from a step's slice and the scattered cells.
+
+    ``m``: bytes a device holds before the step; ``k``: the group size;
+    ``m_over_k`` and ``m_times_k``: ``m / k`` and ``m * k``. Each is a chain of
+    boolean-chosen constant factors, so it stays linear for Z3.
+    """
+
+    m: Any
+    m_over_k: Any
+    m_times_k: Any
+    k: Any
+
+
+def step_shape(alg: Algebra, S: Sequence[Any], Y: Sequence[Any], factors: Sequence[int], message_bytes: float) -> StepShape:
+    """The :class:`StepShape` of a step with slice `S` taken when the cells `Y` are scattered."""
+    m = message_bytes
+    for y, p in zip(Y, factors):
+        m = alg.ite(y, m * (1.0 / p), m)
+    m_over_k, m_times_k, k = m, m, 1.0
+    for s, p in zip(S, factors):
+        m_over_k = alg.ite(s, m_over_k * (1.0 / p), m_over_k)
+        m_times_k = alg.ite(s, m_times_k * p, m_times_k)
+        k = alg.ite(s, k * p, k)
+    return StepShape(m, m_over_k, m_times_k, k)
+
+
+def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Sequence[Any], Z: Sequence[Any],
+               factors: Sequence[int], levels: Sequence[int], spread_over_group: bool = True) -> Any:
+    """Seconds to push `volume` bytes per group member across level `l`'s fabric.
+
+    Per device: ``volume / bandwidth``, divided among the ``g`` members of a
+    group inside one level-``l`` unit when the traffic spreads over them
+    (`spread_over_group`, as multi-ring schedules do). With a shared uplink:
+    the ``A/g`` groups crossing one unit at once (``A`` its active devices)
+    share ``uplink``. The slower of the two.
+    """
+    link = placement.hierarchy.links[l]
+    inner = [i for i, lv in enumerate(levels) if lv > l]
+    per_device = volume * (1.0 / link.bandwidth)
+    if spread_over_group:
+        for i in inner:
+            per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
+    if link.uplink is None:
+        return per_device
+    shared = volume * (placement.hierarchy.devices_below(l) / link.uplink)
+    for i in inner:
+        if spread_over_group:
+            shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
+        shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
+    return alg.ite(shared > per_device, shared, per_device)
+
+
+@dataclass(frozen=True)
 class AlphaBeta:
     """First cost model: per-level alpha-beta with collective volume factors.
 
@@ -113,14 +167,8 @@ class AlphaBeta:
         levels = [c.level for c in cells]
         h = self.placement.hierarchy
 
-        m = self.message_bytes
-        for y, p in zip(Y, factors):
-            m = alg.ite(y, m * (1.0 / p), m)
-        m_over_k, m_times_k, k = m, m, 1.0
-        for s, p in zip(S, factors):
-            m_over_k = alg.ite(s, m_over_k * (1.0 / p), m_over_k)
-            m_times_k = alg.ite(s, m_times_k * p, m_times_k)
-            k = alg.ite(s, k * p, k)
+        shape = step_shape(alg, S, Y, factors, self.message_bytes)
+        m, m_over_k, m_times_k, k = shape.m, shape.m_over_k, shape.m_times_k, shape.k
 
         is_ar = alg.is_op(op, Collective.ALL_REDUCE)
         is_rs = alg.is_op(op, Collective.REDUCE_SCATTER)
@@ -137,27 +185,9 @@ class AlphaBeta:
         for l in range(len(h.levels)):
             if not any(lv == l for lv in levels):
                 continue
-            t = self._level_time(alg, l, volume, S, Z, factors, levels)
+            t = level_time(alg, self.placement, l, volume, S, Z, factors, levels)
             bw_time = alg.ite(spans[l], alg.ite(t > bw_time, t, bw_time), bw_time)
         return latency + bw_time
-
-    def _level_time(self, alg: Algebra, l: int, volume: Any, S: Sequence[Any], Z: Sequence[Any],
-                    factors: list[int], levels: list[int]) -> Any:
-        """Seconds to push the step's traffic across level `l`'s fabric."""
-        link = self.placement.hierarchy.links[l]
-        inner = [i for i, lv in enumerate(levels) if lv > l]
-        # per-device limit: V / (g * bandwidth), g = group members inside one unit
-        per_device = volume * (1.0 / link.bandwidth)
-        for i in inner:
-            per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
-        if link.uplink is None:
-            return per_device
-        # shared uplink: (A / g) groups * V / uplink, A = active devices in one unit
-        shared = volume * (self.placement.hierarchy.devices_below(l) / link.uplink)
-        for i in inner:
-            shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
-            shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
-        return alg.ite(shared > per_device, shared, per_device)
 
 
 COST_MODELS = ("alpha-beta", "simulator")

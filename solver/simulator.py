@@ -32,7 +32,7 @@ from typing import Any
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
-from solver.cost import Algebra
+from solver.cost import Algebra, level_time, step_shape
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -63,17 +63,12 @@ class Simulator:
         levels = [c.level for c in cells]
         h = self.placement.hierarchy
 
-        m = self.message_bytes
-        for y, p in zip(Y, factors):
-            m = alg.ite(y, m * (1.0 / p), m)
-        m_over_k, m_times_k = m, m
-        for s, p in zip(S, factors):
-            m_over_k = alg.ite(s, m_over_k * (1.0 / p), m_over_k)
-            m_times_k = alg.ite(s, m_times_k * p, m_times_k)
+        shape = step_shape(alg, S, Y, factors, self.message_bytes)
+        m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
         spans = [alg.any([s for s, lv in zip(S, levels) if lv == l]) for l in range(len(h.levels))]
 
         # What one member sends across level l's boundary. Hierarchy-aware: the step's whole volume
-        # (divided among the unit's members in _level_time). Flat (rank-order recursive halving /
+        # (divided among the unit's members in level_time). Flat (rank-order recursive halving /
         # doubling): only the rounds whose partner lies outside the member's level-l unit cross it,
         # the outer rounds first for reduce-type phases: (1 - 1/K) m with K the slice's factors at
         # levels <= l; for all_gather (inner rounds first) the held data times (k - K'), K' the
@@ -94,7 +89,7 @@ class Simulator:
             for l in range(len(h.levels)):
                 if any(lv == l for lv in levels):
                     v = volume if self.hierarchy_aware or crossing is None else crossing(l)
-                    worst = alg.ite(spans[l], _max(alg, self._level_time(alg, l, v, S, Z, factors, levels), worst), worst)
+                    worst = alg.ite(spans[l], _max(alg, level_time(alg, self.placement, l, v, S, Z, factors, levels, self.hierarchy_aware), worst), worst)
             return worst
 
         gamma = 0.0 if h.reduce_GBps is None else 1.0 / (h.reduce_GBps * 1e9)
@@ -109,7 +104,7 @@ class Simulator:
         scatter_based = lat * 2.0 + transfer(part * 2.0, lambda l: reduce_phase(l) * 2.0)
         # Latency-optimal schedules (recursive doubling, binomial trees): log2 k rounds, each moving
         # the whole buffer across the level of the cell that round spans.
-        rounds = self._per_cell(alg, S, cells, lambda c, p: math.log2(p) * (h.links[c.level].latency + self._round_time(alg, c.level, m, Z, factors, levels)))
+        rounds = self._per_cell(alg, S, cells, lambda c, p: math.log2(p) * (h.links[c.level].latency + level_time(alg, self.placement, c.level, m, S, Z, factors, levels, spread_over_group=False)))
         round_gamma = self._per_cell(alg, S, cells, lambda c, p: math.log2(p) * m * gamma)
         ar = _min(alg, rounds + round_gamma, ring_ar)
         r = _min(alg, rounds + round_gamma, scatter_based + part * gamma)
@@ -127,33 +122,3 @@ class Simulator:
         for s, c in zip(S, cells):
             total = alg.ite(s, total + term(c, self.placement.factor(c)), total)
         return total
-
-    def _round_time(self, alg: Algebra, l: int, volume: Any, Z: Sequence[Any], factors: list[int], levels: list[int]) -> Any:
-        """One recursive-doubling round across level `l`: every active device sends `volume` at once."""
-        link = self.placement.hierarchy.links[l]
-        per_device = volume * (1.0 / link.bandwidth)
-        if link.uplink is None:
-            return per_device
-        shared = volume * (self.placement.hierarchy.devices_below(l) / link.uplink)
-        for i, lv in enumerate(levels):
-            if lv > l:
-                shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
-        return _max(alg, shared, per_device)
-
-    def _level_time(self, alg: Algebra, l: int, volume: Any, S: Sequence[Any], Z: Sequence[Any],
-                    factors: list[int], levels: list[int]) -> Any:
-        """Seconds to push `volume` bytes per group member across level `l` (as in AlphaBeta)."""
-        link = self.placement.hierarchy.links[l]
-        inner = [i for i, lv in enumerate(levels) if lv > l]
-        per_device = volume * (1.0 / link.bandwidth)
-        if self.hierarchy_aware:
-            for i in inner:
-                per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
-        if link.uplink is None:
-            return per_device
-        shared = volume * (self.placement.hierarchy.devices_below(l) / link.uplink)
-        for i in inner:
-            if self.hierarchy_aware:
-                shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
-            shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
-        return _max(alg, shared, per_device)
