@@ -124,3 +124,17 @@ def request_of(placement: Placement, axes: list[str], collective: Collective) ->
     """The request over the named axes."""
     names = [a.name for a in placement.axes]
     return Request(frozenset(names.index(a) for a in axes), collective)
+
+
+def testbed_skip_reason() -> str | None:
+    """Why the emulated cluster cannot be built here (None when it can): Linux, network namespaces, mpirun."""
+    if sys.platform != "linux":
+        return "network namespaces are Linux only"
+    from scripts.testbed.net import netns_available
+
+    ok, why = netns_available()
+    if not ok:
+        return f"cannot create network namespaces ({why})"
+    if not (Path(sys.executable).parent / "mpirun").exists() and not shutil.which("mpirun"):
+        return "mpirun not found"
+    return None

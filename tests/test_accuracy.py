@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime_support import testbed_skip_reason
+
 from scripts.accuracy import metrics as M
 from scripts.accuracy.report import (
     SUMMARY_FIELDS,
@@ -156,23 +158,10 @@ def test_cli_from_raw(tmp_path):
 
 
 # ---- end to end on a real testbed (root) ----------------------------------------------------
-def _testbed_reason() -> str | None:
-    if sys.platform != "linux":
-        return "network namespaces are Linux only"
-    from scripts.testbed.net import netns_available
-
-    ok, why = netns_available()
-    if not ok:
-        return f"cannot create network namespaces ({why})"
-    if not (Path(sys.executable).parent / "mpirun").exists() and not __import__("shutil").which("mpirun"):
-        return "mpirun not found"
-    return None
-
-
 @pytest.mark.testbed
 @pytest.mark.mpi
 def test_tiny_suite_end_to_end(tmp_path):
-    reason = _testbed_reason()
+    reason = testbed_skip_reason()
     if reason:
         pytest.skip(reason)
     env = dict(os.environ, P2S_ACCURACY_INSTANCE=f"a{os.getpid() % 10**6}")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime_support import testbed_skip_reason
+
 from hierarchies.model import Hierarchy
 from scripts.calibrate import LARGE, fit_alpha_beta, fitted_hierarchy, message_sizes
 from scripts.testbed.config import (
@@ -172,20 +174,11 @@ def test_bad_arguments_exit_2_in_one_line():
 
 
 # ---- a real testbed ------------------------------------------------------------------------
-def _testbed_reason() -> str | None:
-    if sys.platform != "linux":
-        return "network namespaces are Linux only"
-    ok, why = netns_available()
-    if not ok:
-        return f"cannot create network namespaces ({why})"
-    if not (Path(sys.executable).parent / "mpirun").exists() and not __import__("shutil").which("mpirun"):
-        return "mpirun not found"
-    return None
 
 
 @pytest.fixture(scope="module")
 def needs_testbed():
-    reason = _testbed_reason()
+    reason = testbed_skip_reason()
     if reason:
         pytest.skip(reason)
 
