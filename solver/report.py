@@ -87,7 +87,7 @@ def render_workload(console: Console, problem: Problem, plan: Plan, max_steps: i
         console.print(f"({len(plan.placements) - rows} more placements in the JSON result)")
     if plan.placements:
         best = plan.placements[0]
-        detail = Table(title=f"placement 0: best program of each request", title_justify="left")
+        detail = Table(title="placement 0: best program of each request", title_justify="left")
         for col in ("request", "collective", "best program", "time", "default", "programs"):
             detail.add_column(col)
         for r in best.requests:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from hierarchies import Collective
 from solver.planner import plan_placement, rank_plans
 from solver.search import solve
 from solver.spec import build_problem, parse_spec

@@ -30,7 +30,6 @@ from scripts.testbed.config import (
     state_path,
 )
 from scripts.testbed.launch import agent_script, hostfile_text, mpirun_argv
-from scripts.testbed.net import netns_available
 
 ROOT = Path(__file__).resolve().parent.parent
 
