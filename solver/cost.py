@@ -89,19 +89,29 @@ def program_seconds(model: CostModel, placement: Placement, request: Request, pr
 class StepShape:
     """What both cost models derive from a step's slice and the scattered cells.
 
-    ``m``: bytes a device holds before the step; ``k``: the group size;
-    ``m_over_k`` and ``m_times_k``: ``m / k`` and ``m * k``. Each is a chain of
-    boolean-chosen constant factors, so it stays linear for Z3.
+    ``factors`` and ``levels``: of each reduced cell; ``spans[l]``: the slice
+    has a cell at level ``l``; ``m``: bytes a device holds before the step;
+    ``k``: the group size; ``m_over_k`` and ``m_times_k``: ``m / k`` and
+    ``m * k``. Each value is a chain of boolean-chosen constant factors, so it
+    stays linear for Z3.
     """
 
+    factors: list[int]
+    levels: list[int]
+    spans: list[Any]
     m: Any
     m_over_k: Any
     m_times_k: Any
     k: Any
 
 
-def step_shape(alg: Algebra, S: Sequence[Any], Y: Sequence[Any], factors: Sequence[int], message_bytes: float) -> StepShape:
+def step_shape(alg: Algebra, placement: Placement, request: Request, S: Sequence[Any], Y: Sequence[Any],
+               message_bytes: float) -> StepShape:
     """The :class:`StepShape` of a step with slice `S` taken when the cells `Y` are scattered."""
+    cells = request.reduced_cells(placement)
+    factors = [placement.factor(c) for c in cells]
+    levels = [c.level for c in cells]
+    spans = [alg.any([s for s, lv in zip(S, levels) if lv == l]) for l in range(len(placement.hierarchy.levels))]
     m = message_bytes
     for y, p in zip(Y, factors):
         m = alg.ite(y, m * (1.0 / p), m)
@@ -110,7 +120,7 @@ def step_shape(alg: Algebra, S: Sequence[Any], Y: Sequence[Any], factors: Sequen
         m_over_k = alg.ite(s, m_over_k * (1.0 / p), m_over_k)
         m_times_k = alg.ite(s, m_times_k * p, m_times_k)
         k = alg.ite(s, k * p, k)
-    return StepShape(m, m_over_k, m_times_k, k)
+    return StepShape(factors, levels, spans, m, m_over_k, m_times_k, k)
 
 
 def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Sequence[Any], Z: Sequence[Any],
@@ -162,12 +172,9 @@ class AlphaBeta:
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
         """Predicted seconds of one step (see the class docstring)."""
-        cells = self.request.reduced_cells(self.placement)
-        factors = [self.placement.factor(c) for c in cells]
-        levels = [c.level for c in cells]
         h = self.placement.hierarchy
-
-        shape = step_shape(alg, S, Y, factors, self.message_bytes)
+        shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
+        factors, levels, spans = shape.factors, shape.levels, shape.spans
         m, m_over_k, m_times_k, k = shape.m, shape.m_over_k, shape.m_times_k, shape.k
 
         is_ar = alg.is_op(op, Collective.ALL_REDUCE)
@@ -176,7 +183,6 @@ class AlphaBeta:
         volume = alg.ite(is_ar, (m - m_over_k) * 2.0, alg.ite(is_rs, m - m_over_k, alg.ite(is_ag, m_times_k - m, m)))
         rounds = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
 
-        spans = [alg.any([s for s, lv in zip(S, levels) if lv == l]) for l in range(len(h.levels))]
         latency = 0.0
         for l in sorted(range(len(h.levels)), key=lambda l: h.links[l].latency):  # slowest wins: applied last
             latency = alg.ite(spans[l], rounds * h.links[l].latency, latency)

@@ -59,13 +59,10 @@ class Simulator:
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
         """Predicted seconds of one step ``(op, S)`` given the scattered `Y` and rooted `Z` cells."""
         cells = self.request.reduced_cells(self.placement)
-        factors = [self.placement.factor(c) for c in cells]
-        levels = [c.level for c in cells]
         h = self.placement.hierarchy
-
-        shape = step_shape(alg, S, Y, factors, self.message_bytes)
+        shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
+        factors, levels, spans = shape.factors, shape.levels, shape.spans
         m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
-        spans = [alg.any([s for s, lv in zip(S, levels) if lv == l]) for l in range(len(h.levels))]
 
         # What one member sends across level l's boundary. Hierarchy-aware: the step's whole volume
         # (divided among the unit's members in level_time). Flat (rank-order recursive halving /
