@@ -9,12 +9,11 @@ whole space is a small integer program whose models we enumerate.
 from __future__ import annotations
 
 import math
-import time
 from typing import Iterator
 
 import z3
 
-from encodings.errors import SolverTimeout
+from encodings.deadline import Deadline
 
 Matrix = tuple[tuple[int, ...], ...]
 
@@ -55,17 +54,9 @@ def enumerate_placements(sizes: tuple[int, ...], counts: tuple[int, ...], timeou
             solver.add(z3.Sum([exps[p, a, l] for l in range(cols)]) == prime_factors(sizes[a]).get(p, 0))
         for l in range(cols):  # column sums: exponent of p in the level count
             solver.add(z3.Sum([exps[p, a, l] for a in range(rows)]) == prime_factors(counts[l]).get(p, 0))
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    deadline = Deadline(timeout_s)
     while True:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SolverTimeout("placement enumeration")
-            solver.set("timeout", max(1, int(left * 1000)))
-        result = solver.check()
-        if result == z3.unknown:
-            raise SolverTimeout("placement enumeration")
-        if result == z3.unsat:
+        if deadline.check(solver, "placement enumeration") == z3.unsat:
             return
         model = solver.model()
         values = {key: model.eval(e, model_completion=True).as_long() for key, e in exps.items()}

@@ -12,12 +12,12 @@ The encoding only knows cell indices; the caller maps them to cells.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import z3
 
+from encodings.deadline import Deadline
 from encodings.errors import SolverTimeout
 from encodings.z3algebra import Z3Algebra
 from hierarchies.program import Collective
@@ -35,25 +35,6 @@ class Ranked:
     cost: float
     proved: bool
     exact: Any = field(default=None, compare=False, repr=False)  # the cost as Z3's exact rational
-
-
-class Deadline:
-    """A wall-clock budget shared by a sequence of Z3 calls."""
-
-    def __init__(self, seconds: float | None):
-        self.end = None if seconds is None else time.monotonic() + seconds
-
-    def check(self, solver: z3.Solver | z3.Optimize, what: str) -> z3.CheckSatResult:
-        """`solver.check()` within the remaining budget; SolverTimeout when it runs out."""
-        if self.end is not None:
-            left = self.end - time.monotonic()
-            if left <= 0:
-                raise SolverTimeout(what)
-            solver.set("timeout", max(1, int(left * 1000)))
-        result = solver.check()
-        if result == z3.unknown:
-            raise SolverTimeout(what)
-        return result
 
 
 class ProgramSketch:

@@ -26,7 +26,7 @@ from rich.table import Table
 
 import solver  # noqa: F401
 from encodings.placements import enumerate_placements
-from encodings.programs import Deadline
+from encodings.deadline import Deadline
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request, load_system
 from hierarchies.program import Program, Step
 from solver.concrete import ConcreteChecker

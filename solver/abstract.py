@@ -219,10 +219,10 @@ def cheapest_programs(
             if pushes > max_pushes:
                 return None
             c = cost + step_cost(state, op, S)
-            heapq.heappush(heap, (_tie_key(c), depth + 1, next(tie), nxt, prog + ((op, S),)))
+            heapq.heappush(heap, (tie_key(c), depth + 1, next(tie), nxt, prog + ((op, S),)))
     return [(c, p) for c, p in out]
 
 
-def _tie_key(cost: float) -> float:
+def tie_key(cost: float) -> float:
     """Cost rounded to 12 significant digits, so float noise does not break ties by length."""
     return float(f"{cost:.12g}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from encodings.programs import Deadline
+from encodings.deadline import Deadline
 from hierarchies.placement import Matrix, Placement
 from solver.search import Solution, solve
 from solver.spec import NamedRequest, Problem

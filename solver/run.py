@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import solver  # noqa: F401  (makes our encodings/ importable)
-from encodings.programs import Deadline
+from encodings.deadline import Deadline
 from solver.planner import Plan, PlacementPlan, plan_placement, rank_plans
 from solver.report import render_single, render_workload
 from solver.result import result_json, write_json_atomic

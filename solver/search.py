@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass
 
 from encodings.errors import SolverTimeout
-from encodings.programs import Deadline, ProgramSketch, RawProgram
+from encodings.deadline import Deadline
+from encodings.programs import ProgramSketch, RawProgram
 from hierarchies.placement import Placement
 from hierarchies.program import Program, Request, Step, default_program
-from solver.abstract import cheapest_programs, count_programs
+from solver.abstract import cheapest_programs, count_programs, tie_key
 from solver.cost import CostModel, cost_model, program_seconds, step_seconds
 from solver.verify import verifier
 
@@ -152,4 +153,4 @@ def _proved_top(sketch: ProgramSketch, request: Request, n_cells: int, max_steps
 
 
 def _order(r: Ranked) -> tuple:
-    return (float(f"{r.cost_s:.12g}"), len(r.program), r.program)
+    return (tie_key(r.cost_s), len(r.program), r.program)
