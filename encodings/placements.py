@@ -13,7 +13,7 @@ from typing import Iterator
 
 import z3
 
-from encodings.deadline import Deadline
+from p2synth_encodings.deadline import Deadline
 
 Matrix = tuple[tuple[int, ...], ...]
 

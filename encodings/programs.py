@@ -17,18 +17,17 @@ from typing import Any, Callable, Iterator, Sequence
 
 import z3
 
-from encodings.deadline import Deadline
-from encodings.errors import SolverTimeout
-from encodings.z3algebra import Z3Algebra
-from hierarchies.program import Collective
+from p2synth_encodings.deadline import Deadline
+from p2synth_encodings.errors import SolverTimeout
+from p2synth_encodings.z3algebra import Z3Algebra
+from hierarchies.program import Collective, RawProgram
 
-RawProgram = tuple[tuple[Collective, int], ...]
 TIE_TOLERANCE = 1e-9  # relative: costs closer than this are equal (they come from float figures)
 StepCost = Callable[[Z3Algebra, Any, Sequence[Any], Sequence[Any], Sequence[Any]], Any]
 
 
 @dataclass(frozen=True)
-class Ranked:
+class SketchProgram:
     """A program found by the optimiser, its cost under the model, and whether it is proved cheapest."""
 
     program: RawProgram
@@ -169,7 +168,7 @@ class ProgramSketch:
         finally:
             self.solver.pop()
 
-    def cheapest(self, deadline: Deadline | None = None, exclude: Sequence[RawProgram] = ()) -> Ranked | None:
+    def cheapest(self, deadline: Deadline | None = None, exclude: Sequence[RawProgram] = ()) -> SketchProgram | None:
         """The cheapest program not in `exclude`, proved by iterative tightening.
 
         Finds a model, then asks for one strictly cheaper until Z3 answers
@@ -188,11 +187,11 @@ class ProgramSketch:
             best = self._tighten(deadline)
             if best is None or not best.proved:
                 return best
-            return Ranked(self._shortest_at(best, deadline), best.cost, proved=True)
+            return SketchProgram(self._shortest_at(best, deadline), best.cost, proved=True)
         finally:
             self.solver.pop()
 
-    def _tighten(self, deadline: Deadline) -> Ranked | None:
+    def _tighten(self, deadline: Deadline) -> SketchProgram | None:
         """Iterative tightening inside its own solver frame."""
         best: tuple[RawProgram, z3.ArithRef] | None = None
         self.solver.push()  # frame for the "strictly cheaper" bounds
@@ -203,9 +202,9 @@ class ProgramSketch:
                 except SolverTimeout:
                     if best is None:
                         raise
-                    return Ranked(best[0], _as_float(best[1]), proved=False)
+                    return SketchProgram(best[0], _as_float(best[1]), proved=False)
                 if result == z3.unsat:
-                    return None if best is None else Ranked(best[0], _as_float(best[1]), proved=True, exact=best[1])
+                    return None if best is None else SketchProgram(best[0], _as_float(best[1]), proved=True, exact=best[1])
                 model = self.solver.model()
                 cost = model.eval(self.total, model_completion=True)
                 best = (self.decode(model), cost)
@@ -213,7 +212,7 @@ class ProgramSketch:
         finally:
             self.solver.pop()
 
-    def _shortest_at(self, best: Ranked, deadline: Deadline) -> RawProgram:
+    def _shortest_at(self, best: SketchProgram, deadline: Deadline) -> RawProgram:
         """Among programs exactly as cheap as the proved optimum `best`, one with the fewest steps.
 
         Ties are common (a ring reduce-scatter + all-gather costs what an
@@ -231,7 +230,7 @@ class ProgramSketch:
                 self.solver.pop()
         return best.program
 
-    def prove_top(self, listed: Sequence[RawProgram], deadline: Deadline | None = None) -> tuple[list[Ranked], bool]:
+    def prove_top(self, listed: Sequence[RawProgram], deadline: Deadline | None = None) -> tuple[list[SketchProgram], bool]:
         """Check programs proposed by another search, and prove no other program is cheaper than the last.
 
         Each listed program must be a model of the sketch; its cost is Z3's
@@ -254,7 +253,7 @@ class ProgramSketch:
                 exact = self.solver.model().eval(self.total, model_completion=True)
             finally:
                 self.solver.pop()
-            ranked.append(Ranked(program, _as_float(exact), proved=False, exact=exact))
+            ranked.append(SketchProgram(program, _as_float(exact), proved=False, exact=exact))
         if not ranked:
             return ranked, False
         self.solver.push()
@@ -271,11 +270,11 @@ class ProgramSketch:
                 raise ValueError(f"a cheaper program exists than those proposed: {self.decode(self.solver.model())}")
         finally:
             self.solver.pop()
-        return [Ranked(r.program, r.cost, True, r.exact) for r in ranked], True
+        return [SketchProgram(r.program, r.cost, True, r.exact) for r in ranked], True
 
-    def top(self, n: int, deadline: Deadline | None = None) -> list[Ranked]:
+    def top(self, n: int, deadline: Deadline | None = None) -> list[SketchProgram]:
         """The `n` cheapest programs, best first, each proved cheapest among those not yet listed."""
-        out: list[Ranked] = []
+        out: list[SketchProgram] = []
         while len(out) < n:
             try:
                 r = self.cheapest(deadline, exclude=[x.program for x in out])

@@ -104,6 +104,26 @@ class Program:
         return Program(tuple(Step.from_json(s, placement) for s in data["steps"]))
 
 
+RawProgram = tuple[tuple[Collective, int], ...]
+"""A program over cell indices: ``(collective, slice mask)`` pairs, bit ``i`` of a mask for reduced cell ``i``."""
+
+
+def mask_cells(mask: int, cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
+    """The cells of `cells` whose bits are set in `mask` (bit ``i`` for ``cells[i]``)."""
+    return tuple(c for i, c in enumerate(cells) if mask >> i & 1)
+
+
+def cells_mask(slice_: tuple[Cell, ...], cells: tuple[Cell, ...]) -> int:
+    """The mask of `slice_` over `cells` (the inverse of :func:`mask_cells`)."""
+    return sum(1 << cells.index(c) for c in slice_)
+
+
+def to_program(raw: RawProgram, placement: Placement, request: Request) -> Program:
+    """Decode ``(collective, slice mask)`` pairs into a Program over the request's reduced cells."""
+    cells = request.reduced_cells(placement)
+    return Program(tuple(Step(op, mask_cells(mask, cells)) for op, mask in raw))
+
+
 def default_program(placement: Placement, request: Request) -> Program:
     """The default: one collective of the requested kind over the whole reduction group."""
     cells = request.reduced_cells(placement)

@@ -11,7 +11,7 @@ The format (written by ``python -m solver.run``)::
 
 ``matrix`` rows follow ``axes``, columns follow the hierarchy's levels;
 programs are best first. Every program is checked with the concrete semantics
-(solver/concrete.py) before it may run.
+(hierarchies/concrete.py) before it may run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement
 from hierarchies.program import Collective, Program, Request
-from solver.verify import Verifier
+from hierarchies.verify import Verifier
 
 
 class PlanError(ValueError):

@@ -24,13 +24,13 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-import solver  # noqa: F401
-from encodings.placements import enumerate_placements
-from encodings.deadline import Deadline
+from p2synth_encodings.placements import enumerate_placements
+from p2synth_encodings.deadline import Deadline
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request, load_system
 from hierarchies.program import Program, Step
-from solver.concrete import ConcreteChecker
-from solver.cost import cost_model, program_seconds
+from hierarchies.concrete import ConcreteChecker
+from solver.cost import program_seconds
+from solver.models import cost_model
 from solver.search import solve
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Program, Request
-from solver.abstract import AbstractState, start_state
+from hierarchies.abstract import AbstractState, apply, start_state
 
 
 class Algebra(Protocol):
@@ -68,7 +68,6 @@ def step_seconds(model: CostModel, state: AbstractState, op: Collective, S: int,
 
 def program_seconds(model: CostModel, placement: Placement, request: Request, program: Program) -> list[float]:
     """Predicted seconds of each step of `program` (which must be valid)."""
-    from solver.abstract import apply
 
     cells = request.reduced_cells(placement)
     index = {c: i for i, c in enumerate(cells)}
@@ -194,17 +193,3 @@ class AlphaBeta:
             t = level_time(alg, self.placement, l, volume, S, Z, factors, levels)
             bw_time = alg.ite(spans[l], alg.ite(t > bw_time, t, bw_time), bw_time)
         return latency + bw_time
-
-
-COST_MODELS = ("alpha-beta", "simulator")
-
-
-def cost_model(placement: Placement, request: Request, message_bytes: float, kind: str = "alpha-beta") -> CostModel:
-    """The cost model `kind` (one of COST_MODELS) for a request on a placement."""
-    if kind == "simulator":
-        from solver.simulator import Simulator
-
-        return Simulator(placement, request, message_bytes)
-    if kind != "alpha-beta":
-        raise ValueError(f"unknown cost model {kind!r}; use one of {', '.join(COST_MODELS)}")
-    return AlphaBeta(placement, request, message_bytes)

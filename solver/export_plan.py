@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple
 
 from hierarchies.placement import Cell, Placement
 from hierarchies.program import Collective, Program, Request
-from solver.abstract import is_goal, run
+from hierarchies.abstract import is_goal, run
 
 
 class ExportRequest(NamedTuple):

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from encodings.deadline import Deadline
+from p2synth_encodings.deadline import Deadline
 from hierarchies.placement import Matrix, Placement
 from solver.search import Solution, solve
 from solver.spec import NamedRequest, Problem
 
 
 @dataclass(frozen=True)
-class RequestPlan:
+class RequestResult:
     """One request of the workload on one placement."""
 
     named: NamedRequest
@@ -42,11 +42,11 @@ class RequestPlan:
 
 
 @dataclass(frozen=True)
-class PlacementPlan:
+class PlacementResult:
     """Every request's proved-best program on one placement, and the step total."""
 
     placement: Placement
-    requests: tuple[RequestPlan, ...]
+    requests: tuple[RequestResult, ...]
 
     @property
     def total_s(self) -> float:
@@ -65,10 +65,10 @@ class PlacementPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SweepResult:
     """Placements ranked by step total (best first), and those the budget did not reach."""
 
-    placements: tuple[PlacementPlan, ...]
+    placements: tuple[PlacementResult, ...]
     unsolved: tuple[Matrix, ...]
 
     @property
@@ -77,15 +77,15 @@ class Plan:
         return not self.unsolved and all(p.optimal for p in self.placements)
 
 
-def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | None, deadline: Deadline) -> PlacementPlan:
+def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | None, deadline: Deadline) -> PlacementResult:
     """Solve every request of the workload on the placement `matrix`."""
     placement = problem.placement(matrix)
-    return PlacementPlan(placement, tuple(
-        RequestPlan(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline, problem.spec.cost_model))
+    return PlacementResult(placement, tuple(
+        RequestResult(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline, problem.spec.cost_model))
         for named in problem.requests
     ))
 
 
-def rank_plans(plans: list[PlacementPlan], unsolved: list[Matrix]) -> Plan:
+def rank_plans(plans: list[PlacementResult], unsolved: list[Matrix]) -> SweepResult:
     """Order placement plans by predicted step time (ties: by matrix)."""
-    return Plan(tuple(sorted(plans, key=lambda p: (p.total_s, p.placement.matrix))), tuple(unsolved))
+    return SweepResult(tuple(sorted(plans, key=lambda p: (p.total_s, p.placement.matrix))), tuple(unsolved))

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from solver.planner import Plan
+from solver.planner import SweepResult
 from solver.spec import Problem
 
 
@@ -32,7 +32,7 @@ def matrix_text(matrix: tuple[tuple[int, ...], ...]) -> str:
     return "[" + ",".join("[" + ",".join(map(str, row)) + "]" for row in matrix) + "]"
 
 
-def render_single(console: Console, problem: Problem, plan: Plan, max_steps: int) -> None:
+def render_single(console: Console, problem: Problem, plan: SweepResult, max_steps: int) -> None:
     """One row per placement: default and best program with predicted times, count, proof."""
     named = problem.requests[0]
     solutions = [p.requests[0].solution for p in plan.placements]
@@ -65,7 +65,7 @@ def _proof(ok: bool, timed_out: bool) -> str:
     return "proved" if ok else ("timeout" if timed_out else "no")
 
 
-def render_workload(console: Console, problem: Problem, plan: Plan, max_steps: int, rows: int = 10) -> None:
+def render_workload(console: Console, problem: Problem, plan: SweepResult, max_steps: int, rows: int = 10) -> None:
     """The top placements with per-request step times (the trade-off), then the best placement's programs."""
     title = (f"workload of {len(problem.requests)} requests on {problem.hierarchy.name} ({problem.hierarchy.describe()}), "
              f"{len(plan.placements)} placements, programs of <= {max_steps} steps; times per training step (count x best)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hierarchies.placement import Placement
 from hierarchies.program import Request
-from solver.planner import Plan, RequestPlan
+from solver.planner import SweepResult, RequestResult
 from solver.search import Ranked, Solution
 from solver.spec import Problem
 
@@ -52,7 +52,7 @@ def problem_header(problem: Problem) -> dict:
     return out
 
 
-def request_json(r: RequestPlan) -> dict:
+def request_json(r: RequestResult) -> dict:
     """One request of a workload on one placement."""
     out = {"name": r.named.name, "request": _request_spec(r.named.request, r.solution.placement),
            "message_bytes": r.named.message_bytes, "count": r.named.count,
@@ -66,7 +66,7 @@ def _request_spec(request: Request, placement: Placement) -> dict:
     return {"axes": [placement.axes[a].name for a in sorted(request.axes)], "collective": request.collective.value}
 
 
-def result_json(problem: Problem, plan: Plan, max_steps: int) -> dict:
+def result_json(problem: Problem, plan: SweepResult, max_steps: int) -> dict:
     """The whole result; a single-request spec keeps the single-request format."""
     out = problem_header(problem)
     out["max_steps"] = max_steps

@@ -17,9 +17,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import solver  # noqa: F401  (makes our encodings/ importable)
-from encodings.deadline import Deadline
-from solver.planner import Plan, PlacementPlan, plan_placement, rank_plans
+from p2synth_encodings.deadline import Deadline
+from solver.planner import SweepResult, PlacementResult, plan_placement, rank_plans
 from solver.report import render_single, render_workload
 from solver.result import result_json, write_json_atomic
 from solver.search import TooManyPrograms, VerificationError
@@ -66,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline, console: Console | None) -> Plan:
+def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline, console: Console | None) -> SweepResult:
     """Solve every request on every placement; placements ranked best first."""
     plans, unsolved = [], []
     with _progress(console, len(problem.matrices)) as progress:
@@ -80,7 +79,7 @@ def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline,
     return rank_plans(plans, unsolved)
 
 
-def _export(kind: str, plan: PlacementPlan) -> str:
+def _export(kind: str, plan: PlacementResult) -> str:
     """Source of a PyTorch or JAX module running `plan`'s best programs."""
     from solver.exports import export_jax, export_torch  # only needed for --export
 

@@ -1,9 +1,9 @@
 """Search: for one request on one placement, the ranked programs with proof and check.
 
-Z3 (``encodings.programs``) finds the programs; every one is decoded, checked
-by the concrete semantics (``solver.verify``) and costed by the same cost model
+Z3 (``p2synth_encodings.programs``) finds the programs; every one is decoded, checked
+by the concrete semantics (``hierarchies.verify``) and costed by the same cost model
 the encoding minimised. The exact number of valid programs comes from the
-abstract semantics (``solver.abstract.count_programs``).
+abstract semantics (``hierarchies.abstract.count_programs``).
 """
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from encodings.errors import SolverTimeout
-from encodings.deadline import Deadline
-from encodings.programs import ProgramSketch, RawProgram
+from p2synth_encodings.errors import SolverTimeout
+from p2synth_encodings.deadline import Deadline
+from p2synth_encodings.programs import ProgramSketch
 from hierarchies.placement import Placement
-from hierarchies.program import Program, Request, Step, default_program
-from solver.abstract import cheapest_programs, count_programs, tie_key
-from solver.cost import CostModel, cost_model, program_seconds, step_seconds
-from solver.verify import verifier
+from hierarchies.program import Program, RawProgram, Request, default_program, to_program
+from hierarchies.abstract import count_programs
+from solver.explicit import cheapest_programs, tie_key
+from solver.cost import CostModel, program_seconds, step_seconds
+from solver.models import CostModelKind, cost_model
+from hierarchies.verify import verifier
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000
@@ -69,13 +71,6 @@ class Solution:
         return self.default.cost_s / best.cost_s
 
 
-def to_program(raw: RawProgram, placement: Placement, request: Request) -> Program:
-    """Decode (collective, slice mask) pairs into a Program over `placement`'s cells."""
-    cells = request.reduced_cells(placement)
-    steps = tuple(Step(op, tuple(c for i, c in enumerate(cells) if mask >> i & 1)) for op, mask in raw)
-    return Program(steps)
-
-
 def rank(program: Program, placement: Placement, request: Request, model: CostModel) -> Ranked:
     """Check `program` concretely and cost it; VerificationError if the check fails."""
     result = verifier(placement, request).check(program)
@@ -92,11 +87,11 @@ def solve(
     max_steps: int,
     top: int | None = 5,
     deadline: Deadline | None = None,
-    model_kind: str = "alpha-beta",
+    model_kind: CostModelKind = CostModelKind.ALPHA_BETA,
 ) -> Solution:
     """Rank programs for `request` on `placement`: the `top` cheapest (None: all of them).
 
-    Programs are costed by the cost model `model_kind` (see solver.cost.COST_MODELS).
+    Programs are costed by the cost model `model_kind` (a solver.models.CostModelKind).
     The first program is proved cheapest within `max_steps` unless the
     deadline ran out (then ``timed_out`` is set and ``optimal`` is False).
     """

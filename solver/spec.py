@@ -19,6 +19,7 @@ from hierarchies.library import UnknownSystemError, load_system, system_names
 from hierarchies.model import NAME_PATTERN, Hierarchy
 from hierarchies.placement import Axis, Matrix, Placement, PlacementError
 from hierarchies.program import Collective, Request
+from solver.models import CostModelKind
 
 MAX_STEPS_LIMIT = 12
 
@@ -92,7 +93,7 @@ class Spec(BaseModel):
     message_bytes: int = Field(default=1 << 20, gt=0, description="bytes per device (full buffer, nccl-tests convention)")
     max_steps: int = Field(default=4, ge=1, le=MAX_STEPS_LIMIT, description="longest program considered")
     placements: Literal["all"] | list[list[list[int]]] = Field(default="all", description='"all" or a list of matrices (rows: axes, columns: levels)')
-    cost_model: Literal["alpha-beta", "simulator"] = Field(default="alpha-beta", description="alpha-beta (first model) or simulator (algorithm choice by size, reduction compute, step overhead)")
+    cost_model: CostModelKind = Field(default=CostModelKind.ALPHA_BETA, description="alpha-beta (first model) or simulator (algorithm choice by size, reduction compute, step overhead)")
 
     @model_validator(mode="after")
     def _one_of_request_or_workload(self) -> "Spec":
@@ -216,7 +217,7 @@ def build_problem(spec: Spec) -> Problem:
 
 def _matrices(spec: Spec, hierarchy: Hierarchy, axes: tuple[Axis, ...]) -> tuple[Matrix, ...]:
     if spec.placements == "all":
-        from encodings.placements import enumerate_placements  # Z3; the plain enumerator checks it in tests
+        from p2synth_encodings.placements import enumerate_placements  # Z3; the plain enumerator checks it in tests
 
         return tuple(sorted(enumerate_placements(tuple(a.size for a in axes), hierarchy.counts)))
     out = []

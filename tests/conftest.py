@@ -1,10 +1,9 @@
-"""Shared test setup: make our encodings/ importable (see solver/__init__.py) and fix hypothesis profiles."""
+"""Shared test setup: hypothesis profiles."""
 
 import os
 
 from hypothesis import HealthCheck, settings
 
-import solver  # noqa: F401
 
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,6 @@
 """Helpers for the runtime tests: plans in the solver's result format, and real mpiexec jobs.
 
-Plans are built from the hierarchies API and solver.abstract.enumerate_programs,
+Plans are built from the hierarchies API and hierarchies.abstract.enumerate_programs,
 so the runtime tests do not depend on the solver CLI.
 """
 
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, Step, default_program
-from solver.abstract import enumerate_programs
+from hierarchies.program import to_program
+from hierarchies.abstract import enumerate_programs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,12 +89,8 @@ def placement_of(levels: list[tuple[str, int]], axes: list[tuple[str, int]], mat
 
 def all_programs(placement: Placement, request: Request, max_steps: int) -> list[Program]:
     """Every valid program of at most `max_steps` steps, decoded from the abstract enumerator."""
-    cells = request.reduced_cells(placement)
-    out = []
-    for steps in enumerate_programs(request.collective, len(cells), max_steps):
-        if steps:
-            out.append(Program(tuple(Step(op, tuple(c for i, c in enumerate(cells) if S >> i & 1)) for op, S in steps)))
-    return out
+    n = len(request.reduced_cells(placement))
+    return [to_program(steps, placement, request) for steps in enumerate_programs(request.collective, n, max_steps) if steps]
 
 
 def plan_json(placement: Placement, request: Request, programs: list[Program], message_bytes: int = 4096) -> dict:

@@ -33,7 +33,8 @@ import numpy as np
 import pytest
 
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Program, Request, Step
-from solver.abstract import enumerate_programs
+from hierarchies.abstract import enumerate_programs
+from hierarchies.program import to_program
 from solver.export_plan import RequestPlan, identifiers, plan_module
 from solver.exports import EXPORTERS, ExportRequest, export_jax, export_torch
 
@@ -54,18 +55,14 @@ def make_placement(levels: dict[str, int], axes: dict[str, int], matrix: tuple[t
 
 def sample_programs(placement: Placement, request: Request, per_length: int | None) -> list[Program]:
     """Valid programs of 1..3 steps, at most `per_length` of each length (evenly spaced), None for all."""
-    cells = request.reduced_cells(placement)
     by_length: dict[int, list] = {}
-    for masks in enumerate_programs(request.collective, len(cells), 3):
+    for masks in enumerate_programs(request.collective, len(request.reduced_cells(placement)), 3):
         by_length.setdefault(len(masks), []).append(masks)
     picked = []
     for group in by_length.values():
         stride = 1 if per_length is None else max(1, math.ceil(len(group) / per_length))
         picked += group[::stride]
-    return [
-        Program(tuple(Step(op, tuple(c for i, c in enumerate(cells) if S >> i & 1)) for op, S in masks))
-        for masks in picked
-    ]
+    return [to_program(masks, placement, request) for masks in picked]
 
 
 @dataclass(frozen=True)

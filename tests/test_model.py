@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from encodings.placements import enumerate_placements
+from p2synth_encodings.placements import enumerate_placements
 from hierarchies import Axis, Hierarchy, Level, Placement, PlacementError, enumerate_matrices, load_system, system_names
 from tests.strategies import placements
 

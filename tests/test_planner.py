@@ -11,7 +11,7 @@ import pytest
 from solver.planner import plan_placement, rank_plans
 from solver.search import solve
 from solver.spec import build_problem, parse_spec
-from encodings.deadline import Deadline
+from p2synth_encodings.deadline import Deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from runtime.data import (
     reduction_group,
     values,
 )
-from solver.concrete import ConcreteChecker
+from hierarchies.concrete import ConcreteChecker
 from tests.runtime_support import placement_of, request_of
 
 PL = placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]])

@@ -150,7 +150,7 @@ def test_known_values_through_the_executor():
 
 
 CORRUPT = (
-    "import shlex, sys; import solver.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
+    "import shlex, sys; import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
     "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
 )
 

@@ -7,10 +7,13 @@ from hypothesis import strategies as st
 
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from hierarchies.program import Program, Step, default_program
-from solver import abstract
-from solver.cost import cost_model, program_seconds, step_seconds
-from solver.search import solve, to_program
-from solver.verify import Verifier, miniature
+from hierarchies import abstract
+from solver import explicit
+from solver.cost import program_seconds, step_seconds
+from solver.models import cost_model
+from hierarchies.program import to_program
+from solver.search import solve
+from hierarchies.verify import Verifier, miniature
 from tests.strategies import placements, requests
 
 AR, RS, AG, R, B = Collective
@@ -44,7 +47,7 @@ def test_z3_optimum_equals_dijkstra_optimum(case):
         return
     steps = 3
     model = cost_model(p, req, size)
-    oracle = abstract.cheapest(req.collective, n, steps, lambda s, op, S: step_seconds(model, s, op, S, n))
+    oracle = explicit.cheapest(req.collective, n, steps, lambda s, op, S: step_seconds(model, s, op, S, n))
     sol = solve(p, req, size, steps, top=1)
     assert sol.optimal and oracle is not None
     assert math.isclose(sol.best.cost_s, oracle[0], rel_tol=1e-9)
@@ -128,14 +131,14 @@ def test_large_system_is_solved_and_verified_on_a_miniature():
 @given(_costed_case())
 def test_z3_alone_by_tightening_finds_the_dijkstra_optimum(case):
     # the fallback path for spaces too large for the explicit search: Z3 searches on its own
-    from encodings.programs import ProgramSketch
+    from p2synth_encodings.programs import ProgramSketch
 
     p, req, size = case
     n = len(req.reduced_cells(p))
     if n == 0 or n > 3:
         return
     model = cost_model(p, req, size)
-    oracle = abstract.cheapest(req.collective, n, 3, lambda s, op, S: step_seconds(model, s, op, S, n))
+    oracle = explicit.cheapest(req.collective, n, 3, lambda s, op, S: step_seconds(model, s, op, S, n))
     (best,) = ProgramSketch(req.collective, n, 3, model.step_time).top(1)
     assert best.proved and math.isclose(best.cost, oracle[0], rel_tol=1e-9)
     raw_cost = sum(program_seconds(model, p, req, to_program(best.program, p, req)))

@@ -4,12 +4,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from encodings.programs import ProgramSketch
+from p2synth_encodings.programs import ProgramSketch
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from hierarchies.program import Program, Step
-from solver import abstract
-from solver.concrete import ConcreteChecker, InvalidStep, check_program
-from solver.search import to_program
+from hierarchies import abstract
+from hierarchies.concrete import ConcreteChecker, InvalidStep, check_program
+from hierarchies.program import to_program
 from tests.strategies import placements, random_programs, requests
 
 AR, RS, AG, R, B = Collective

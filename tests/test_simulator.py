@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from solver import abstract
+from hierarchies import abstract
+from solver import explicit
 from solver.cost import step_seconds
 from solver.search import solve
 from solver.simulator import Simulator
@@ -79,7 +80,7 @@ def test_z3_minimises_the_simulator_exactly(data):
     size = data.draw(st.sampled_from([1 << 12, 1 << 20, 1 << 26]))
     req = Request(frozenset({0}), col)
     sim = Simulator(p, req, size)
-    oracle = abstract.cheapest(col, 2, 3, lambda s, op, S: step_seconds(sim, s, op, S, 2))
+    oracle = explicit.cheapest(col, 2, 3, lambda s, op, S: step_seconds(sim, s, op, S, 2))
     sol = solve(p, req, size, 3, top=1, model_kind="simulator")
     assert sol.optimal and math.isclose(sol.best.cost_s, oracle[0], rel_tol=1e-9)
 

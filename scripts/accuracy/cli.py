@@ -11,7 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-import solver  # noqa: F401  (makes our encodings/ importable)
 
 
 def parse_args(argv):

@@ -9,9 +9,10 @@ import random
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement, enumerate_matrices
 from hierarchies.program import Collective, Program, Request, default_program
-from solver.abstract import enumerate_programs
-from solver.cost import cost_model, program_seconds
-from solver.search import to_program
+from hierarchies.abstract import enumerate_programs
+from solver.cost import program_seconds
+from solver.models import cost_model
+from hierarchies.program import to_program
 
 
 def placements(h: Hierarchy, axes: tuple[tuple[str, int], ...]) -> list[Placement]:

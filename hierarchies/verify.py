@@ -14,7 +14,7 @@ from functools import lru_cache
 from hierarchies.model import Hierarchy, Level
 from hierarchies.placement import Axis, Cell, Placement
 from hierarchies.program import Program, Request
-from solver.concrete import CheckResult, ConcreteChecker
+from hierarchies.concrete import CheckResult, ConcreteChecker
 
 # Largest devices x chunks simulated directly; beyond it, a miniature.
 DIRECT_LIMIT = 1 << 14
