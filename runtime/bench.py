@@ -22,6 +22,7 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
+from hierarchies.cli import ArgumentParser, UsageError, sizes_argument
 from runtime.backends import Backend, BackendKind, BackendUnavailable, make_backend
 from runtime.data import (
     ITEMSIZE,
@@ -38,7 +39,6 @@ from runtime.plan import PlanError, Selection, load_plan
 from runtime.report import (
     Result,
     make_result,
-    parse_sizes,
     table_footer,
     table_header,
     table_row,
@@ -46,16 +46,8 @@ from runtime.report import (
 from runtime.timing import TimingConfig, time_runs
 
 
-class UsageError(ValueError):
-    """A bad command line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, and prints help on rank 0 only."""
-
-    def error(self, message: str) -> None:
-        """Raise UsageError (every rank gets it; rank 0 prints it)."""
-        raise UsageError(message)
+class _Parser(ArgumentParser):
+    """The shared parser (errors raise UsageError), printing help on rank 0 only."""
 
     def print_help(self, file=None) -> None:
         """Print the help on rank 0 only."""
@@ -72,21 +64,13 @@ def _top(text: str) -> int | None:
     return int(text)
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    """``--bytes`` value (see report.parse_sizes), with its message kept by argparse."""
-    try:
-        return parse_sizes(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; UsageError on a bad one."""
     p = _Parser(prog="python -m runtime.bench", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="the solver's result JSON (python -m solver.run ... --out plan.json)")
     p.add_argument("--placement", type=int, default=0, help="index of the placement in the plan (default 0)")
     p.add_argument("--top", type=_top, default=5, help="how many of the placement's best programs to run, or 'all' (default 5)")
-    p.add_argument("--bytes", type=_sizes, default=None, help="SIZE or MIN:MAX[:FACTOR], e.g. 1M:64M (default: the plan's message_bytes)")
+    p.add_argument("--bytes", type=sizes_argument, default=None, help="SIZE or MIN:MAX[:FACTOR], e.g. 1M:64M (default: the plan's message_bytes)")
     p.add_argument("--warmup", type=int, default=TimingConfig.warmup, help=f"untimed runs per program and size (default {TimingConfig.warmup})")
     p.add_argument("--iters", type=int, default=TimingConfig.iters, help=f"timed runs per repeat (default {TimingConfig.iters})")
     p.add_argument("--repeats", type=int, default=TimingConfig.repeats, help=f"repeats; times are medians over them (default {TimingConfig.repeats})")

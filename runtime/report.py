@@ -11,37 +11,9 @@ normalisation; compare programs by time.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 from hierarchies.program import Collective
-
-UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``text``: an integer with an optional K, M or G suffix (powers of 2, as nccl-tests)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(I?B)?\s*", text.upper())
-    if not match or int(match.group(1)) == 0:
-        raise ValueError(f"bad size {text!r}: expected e.g. 4096, 64K, 1M or 2G")
-    return int(match.group(1)) * UNITS[match.group(2)]
-
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """Sizes in ``SIZE`` or ``MIN:MAX[:FACTOR]`` (from MIN, times FACTOR (default 2) while <= MAX)."""
-    parts = text.split(":")
-    if len(parts) > 3 or (len(parts) == 3 and not parts[2].strip().isdigit()):
-        raise ValueError(f"bad size range {text!r}: expected SIZE or MIN:MAX[:FACTOR]")
-    low = parse_size(parts[0])
-    high = parse_size(parts[1]) if len(parts) > 1 else low
-    factor = int(parts[2]) if len(parts) == 3 else 2
-    if high < low or factor < 2:
-        raise ValueError(f"bad size range {text!r}: need MIN <= MAX and an integer FACTOR >= 2")
-    sizes = [low]
-    while sizes[-1] * factor <= high:
-        sizes.append(sizes[-1] * factor)
-    return tuple(sizes)
-
 
 def bus_factor(collective: Collective, n: int) -> float:
     """nccl-tests' bus bandwidth factor of `collective` over `n` ranks."""

@@ -33,7 +33,7 @@ from runtime.data import ITEMSIZE, element_count, expected_values, input_values,
 from runtime.executor import Buffers, Executor
 from runtime.job import EXIT_OK, EXIT_WRONG, mpi_version, run_guarded
 from runtime.layout import Role
-from runtime.report import parse_sizes
+from hierarchies.cli import sizes_argument
 from runtime.timing import measure, summarize
 
 GOAL = 0.95
@@ -49,7 +49,7 @@ def flat_placement(world_size: int) -> Placement:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; rank 0 prints the table (and writes --out)."""
     p = argparse.ArgumentParser(prog="python -m scripts.bench_runtime", description=__doc__.split("\n")[0])
-    p.add_argument("--bytes", type=parse_sizes, default=parse_sizes("1M:64M"), help="SIZE or MIN:MAX[:FACTOR] (default 1M:64M)")
+    p.add_argument("--bytes", type=sizes_argument, default=sizes_argument("1M:64M"), help="SIZE or MIN:MAX[:FACTOR] (default 1M:64M)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each contender per size (default 2)")
     p.add_argument("--iters", type=int, default=5, help="timed runs per repeat (default 5)")
     p.add_argument("--repeats", type=int, default=7, help="repeats per size; medians over them (default 7)")

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hierarchies.cli import ArgumentParser, UsageError, size_argument
 from hierarchies.model import Hierarchy
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -55,21 +56,12 @@ REDUCE_WINDOW_S = 0.2
 TAG_PING, TAG_PONG, TAG_FLOW = 11, 12, 13
 
 
-class UsageError(Exception):
-    """Bad arguments or a hierarchy that does not fit the job."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(message)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="python -m scripts.calibrate", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m scripts.calibrate", description=__doc__.split("\n")[0])
     p.add_argument("--hierarchy", required=True, help="hierarchy JSON (levels outermost first), e.g. testbed-hierarchy.json")
     p.add_argument("--out", required=True, help="write the fitted hierarchy JSON here")
     p.add_argument("--raw", help="write raw measurements and fits here (default: OUT with .calibration.json)")
-    p.add_argument("--max-bytes", type=_size, default=16 * MiB, help="largest message (default 16M; K/M suffixes)")
+    p.add_argument("--max-bytes", type=size_argument, default=16 * MiB, help="largest message (default 16M; K/M suffixes)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations for large messages (default 5)")
     p.add_argument("--small-iters", type=int, default=30, help=f"timed iterations for messages up to {SMALL // KiB} KiB (default 30)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations before each size (default 2)")
@@ -80,15 +72,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.max_bytes < 64 * KiB:
         raise UsageError("--max-bytes must be at least 64K (the bandwidth fit needs large messages)")
     return args
-
-
-def _size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": KiB, "M": MiB, "G": 1024 * MiB}.get(t[-1:], 1)
-    try:
-        return int(float(t[:-1] if t[-1:] in "KMG" else t) * scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 4M, 512K)") from None
 
 
 def message_sizes(max_bytes: int) -> list[int]:

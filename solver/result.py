@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
-
 from hierarchies.placement import Placement
 from hierarchies.program import Request
 from solver.planner import SweepResult, RequestResult
@@ -82,17 +77,3 @@ def result_json(problem: Problem, plan: SweepResult, max_steps: int) -> dict:
         for p in plan.placements
     ]
     return out
-
-
-def write_json_atomic(data: dict, path: str | Path) -> None:
-    """Write `data` as JSON to `path` via a temporary file, so no half-written file is ever left."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -20,25 +20,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from p2synth_encodings.deadline import Deadline
 from solver.planner import SweepResult, PlacementResult, plan_placement, rank_plans
 from solver.report import render_single, render_workload
-from solver.result import result_json, write_json_atomic
+from hierarchies.cli import ArgumentParser, UsageError, write_json_atomic
+from solver.result import result_json
 from solver.search import TooManyPrograms, VerificationError
 from solver.spec import MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PROGRAM, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 
 
-class UsageError(Exception):
-    """Bad command-line arguments."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, as for a bad spec
-        raise UsageError(message)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line arguments of ``python -m solver.run``."""
-    p = _Parser(prog="python -m solver.run", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m solver.run", description=__doc__.split("\n")[0])
     p.add_argument("spec", nargs="?", help="spec JSON file (see --print-schema)")
     p.add_argument("--out", help="write the full result as JSON to this file")
     p.add_argument("--top", default="5", help="programs to list per placement: a number, or 'all' (default 5)")

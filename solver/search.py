@@ -15,7 +15,7 @@ from p2synth_encodings.errors import SolverTimeout
 from p2synth_encodings.deadline import Deadline
 from p2synth_encodings.programs import ProgramSketch
 from hierarchies.placement import Placement
-from hierarchies.program import Program, RawProgram, Request, default_program, to_program
+from hierarchies.program import Program, Request, default_program, to_program
 from hierarchies.abstract import count_programs
 from solver.explicit import cheapest_programs, tie_key
 from solver.cost import CostModel, program_seconds, step_seconds

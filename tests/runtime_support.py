@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, Step, default_program
+from hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, default_program
 from hierarchies.program import to_program
 from hierarchies.abstract import enumerate_programs
 

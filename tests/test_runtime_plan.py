@@ -9,7 +9,8 @@ import pytest
 
 from hierarchies import Collective
 from runtime.plan import PlanError, load_plan, parse_plan
-from runtime.report import bus_factor, parse_size, parse_sizes
+from hierarchies.cli import parse_size, parse_sizes
+from runtime.report import bus_factor
 from tests.runtime_support import MPI_ENV, ROOT, all_programs, placement_of, plan_json, request_of, write_plan
 
 PL = placement_of([("node", 2), ("core", 4)], [("data", 8)], [[2, 4]])

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from hierarchies.cli import ArgumentParser, UsageError
 from scripts.testbed.config import (
     ConfigError,
     TestbedConfig,
@@ -37,17 +38,12 @@ EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 PROG = "python -m scripts.testbed"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        raise ConfigError(message)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--instance", default=argparse.SUPPRESS,
                         help="name of a separate testbed (1-12 of a-z0-9; default: $P2S_TESTBED_INSTANCE or none)")
-    p = _Parser(prog=PROG, description=__doc__.split("\n")[0], parents=[common])
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], parents=[common])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=ArgumentParser)
 
     u = sub.add_parser("up", parents=[common], help="create the namespaces and links, write the hierarchy file")
     u.add_argument("--nodes", type=int, required=True, help="number of node namespaces")
@@ -134,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head`: the work is done, stay quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except (ConfigError, Refused) as e:
+    except (UsageError, Refused) as e:
         print(f"testbed: {e}", file=sys.stderr)
         return EXIT_REFUSED
     except (TestbedError, OSError) as e:

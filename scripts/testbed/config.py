@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hierarchies.cli import UsageError
 from hierarchies.model import Hierarchy, Level
 
 PREFIX = "p2s"  # every namespace and link this tool creates starts with it
@@ -38,7 +39,7 @@ _RATE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)bit$")
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A testbed description that cannot be built; the message says what to change."""
 
 

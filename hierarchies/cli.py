@@ -1,0 +1,94 @@
+"""What every command-line tool of the project shares: usage errors, sizes, quoting input, atomic JSON files.
+
+It sits in the lowest layer so that the solver, the runtime and the scripts
+can all use it without importing one another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2  # every tool: bad arguments or input, one line on stderr
+
+SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+QUOTE_LIMIT = 60
+
+
+class UsageError(ValueError):
+    """A bad command line or input file: one line for the user, exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:
+        """Raise UsageError with argparse's message."""
+        raise UsageError(message)
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """``repr`` of user input, shortened to about `limit` characters so an error line stays one line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 12]}...({len(text)} chars)"
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: a positive integer with an optional K, M or G suffix (powers of 2, as nccl-tests)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(I?B)?\s*", text.upper())
+    if not match or int(match.group(1)) == 0:
+        raise ValueError(f"bad size {quote(text)}: expected e.g. 4096, 64K, 1M or 2G")
+    return int(match.group(1)) * SIZE_UNITS[match.group(2)]
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Sizes in ``SIZE`` or ``MIN:MAX[:FACTOR]`` (from MIN, times FACTOR (default 2) while <= MAX)."""
+    parts = text.split(":")
+    if len(parts) > 3 or (len(parts) == 3 and not parts[2].strip().isdigit()):
+        raise ValueError(f"bad size range {quote(text)}: expected SIZE or MIN:MAX[:FACTOR]")
+    low = parse_size(parts[0])
+    high = parse_size(parts[1]) if len(parts) > 1 else low
+    factor = int(parts[2]) if len(parts) == 3 else 2
+    if high < low or factor < 2:
+        raise ValueError(f"bad size range {quote(text)}: need MIN <= MAX and an integer FACTOR >= 2")
+    sizes = [low]
+    while sizes[-1] * factor <= high:
+        sizes.append(sizes[-1] * factor)
+    return tuple(sizes)
+
+
+def size_argument(text: str) -> int:
+    """An argparse ``type=`` for one size (see :func:`parse_size`)."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def sizes_argument(text: str) -> tuple[int, ...]:
+    """An argparse ``type=`` for a size or a range (see :func:`parse_sizes`)."""
+    try:
+        return parse_sizes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def write_json_atomic(data: Any, path: str | Path) -> None:
+    """Write `data` as JSON to `path` via a temporary file beside it, so no half-written file is ever left."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
