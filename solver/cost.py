@@ -142,9 +142,11 @@ def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Seque
         return per_device
     shared = volume * (placement.hierarchy.devices_below(l) / link.uplink)
     for i in inner:
-        if spread_over_group:
-            shared = alg.ite(S[i], shared * (1.0 / factors[i]), shared)
-        shared = alg.ite(Z[i], shared * (1.0 / factors[i]), shared)
+        # a slice cell spreads the traffic over the members (multi-ring); a rooted cell outside the
+        # slice idles all but 1/f of the unit's devices. A rooted cell inside the slice (a broadcast's
+        # own cells) is neither: its groups are active and every member receives.
+        spread = shared * (1.0 / factors[i]) if spread_over_group else shared
+        shared = alg.ite(S[i], spread, alg.ite(Z[i], shared * (1.0 / factors[i]), shared))
     return alg.ite(shared > per_device, shared, per_device)
 
 
