@@ -15,6 +15,10 @@ class Deadline:
     def __init__(self, seconds: float | None):
         self.end = None if seconds is None else time.monotonic() + seconds
 
+    def expired(self) -> bool:
+        """True once the budget has run out."""
+        return self.end is not None and time.monotonic() >= self.end
+
     def check(self, solver: z3.Solver | z3.Optimize, what: str) -> z3.CheckSatResult:
         """`solver.check()` within the remaining budget; SolverTimeout when it runs out."""
         if self.end is not None:

@@ -9,6 +9,8 @@ whole space is a small integer program whose models we enumerate.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from functools import lru_cache
 from typing import Iterator
 
 import z3
@@ -32,11 +34,72 @@ def prime_factors(n: int) -> dict[int, int]:
     return out
 
 
-def enumerate_placements(sizes: tuple[int, ...], counts: tuple[int, ...], timeout_s: float | None = None) -> Iterator[Matrix]:
+def count_placements(sizes: tuple[int, ...], counts: tuple[int, ...]) -> int:
+    """How many placements :func:`enumerate_placements` yields, counted without Z3 (fast at any size).
+
+    Per prime the exponent matrices are independent, so the count is the
+    product over primes of the number of non-negative integer matrices whose
+    row sums are the exponents of the axis sizes and whose column sums are
+    those of the level counts.
+    """
+    if math.prod(sizes) != math.prod(counts):
+        return 0
+    size_factors, count_factors = [prime_factors(n) for n in sizes], [prime_factors(n) for n in counts]
+    return math.prod(
+        _tables(tuple(f[p] for f in size_factors if p in f), tuple(sorted(f[p] for f in count_factors if p in f)))
+        for p in set().union(*size_factors, *count_factors)
+    )
+
+
+@lru_cache(maxsize=None)
+def _tables(rows: tuple[int, ...], columns: tuple[int, ...]) -> int:
+    """Non-negative integer matrices with row sums `rows` and column sums `columns` (sorted, no zeros)."""
+    if not rows:
+        return int(not columns)
+    return sum(ways * _tables(rows[1:], left) for left, ways in _row_fills(rows[0], columns).items())
+
+
+def _row_fills(total: int, columns: tuple[int, ...]) -> dict[tuple[int, ...], int]:
+    """The ways one row takes `total` from `columns` (each at most its value), keyed by the columns left.
+
+    Columns of equal value are interchangeable: a group of them is split by
+    how many give 0, 1, 2, ... (a multinomial number of ways), not column by
+    column, so the work stays small even with dozens of levels.
+    """
+    fills: dict[tuple[tuple[int, ...], int], int] = {((), 0): 1}  # (columns left, taken so far) -> ways
+    for value, many in Counter(columns).items():
+        grown: dict[tuple[tuple[int, ...], int], int] = {}
+        for (left, taken), ways in fills.items():
+            for split, split_ways in _splits(many, min(value, total - taken)):
+                more = sum(k * n for k, n in enumerate(split))
+                if taken + more > total:
+                    continue
+                key = (left + tuple(value - k for k, n in enumerate(split) for _ in range(n) if k < value), taken + more)
+                grown[key] = grown.get(key, 0) + ways * split_ways
+        fills = grown
+    out: dict[tuple[int, ...], int] = {}
+    for (left, taken), ways in fills.items():
+        if taken == total:
+            out[tuple(sorted(left))] = out.get(tuple(sorted(left)), 0) + ways
+    return out
+
+
+def _splits(many: int, most: int) -> Iterator[tuple[tuple[int, ...], int]]:
+    """Every way to say how many of `many` equal columns give 0, 1, ..., `most`, with its multinomial count."""
+    if most == 0:
+        yield (many,), 1
+        return
+    for last in range(many + 1):
+        for head, ways in _splits(many - last, most - 1):
+            yield head + (last,), ways * math.comb(many, last)
+
+
+def enumerate_placements(sizes: tuple[int, ...], counts: tuple[int, ...], deadline: Deadline | None = None) -> Iterator[Matrix]:
     """Every parallelism matrix for axis `sizes` on level `counts`, found by Z3.
 
-    Yields nothing when the products differ. Raises SolverTimeout if the
-    budget runs out before the enumeration is complete.
+    Yields nothing when the products differ. Raises SolverTimeout when the
+    deadline runs out before the enumeration is complete (the matrices
+    yielded so far stand).
     """
     if math.prod(sizes) != math.prod(counts):
         return
@@ -54,7 +117,7 @@ def enumerate_placements(sizes: tuple[int, ...], counts: tuple[int, ...], timeou
             solver.add(z3.Sum([exps[p, a, l] for l in range(cols)]) == prime_factors(sizes[a]).get(p, 0))
         for l in range(cols):  # column sums: exponent of p in the level count
             solver.add(z3.Sum([exps[p, a, l] for a in range(rows)]) == prime_factors(counts[l]).get(p, 0))
-    deadline = Deadline(timeout_s)
+    deadline = deadline or Deadline(None)
     while True:
         if deadline.check(solver, "placement enumeration") == z3.unsat:
             return

@@ -19,11 +19,14 @@ def system_names() -> list[str]:
 
 
 def system_info(name: str) -> dict:
-    """The raw data file of system `name` (levels, description, sources)."""
-    path = resources.files("hierarchies") / "systems" / f"{name}.json"
-    if not path.is_file():
+    """The raw data file of system `name` (levels, description, sources); UnknownSystemError if not bundled.
+
+    The name becomes a file path only once it is known to be one of
+    :func:`system_names`, so no user string ever reaches the file system.
+    """
+    if name not in system_names():
         raise UnknownSystemError(name)
-    return json.loads(path.read_text())
+    return json.loads((resources.files("hierarchies") / "systems" / f"{name}.json").read_text())
 
 
 def load_system(name: str, nodes: int | None = None) -> Hierarchy:

@@ -14,7 +14,14 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hierarchies.cli import quote
+
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+MAX_LEVELS = 32
+
+# Link figures must be finite and in these ranges, so every predicted time is a finite number.
+RATE_GBPS = {"ge": 1e-6, "le": 1e6, "allow_inf_nan": False}
+TIME_US = {"ge": 0, "le": 1e9, "allow_inf_nan": False}
 
 # Defaults for a level that gives no link figures. A level `d` steps out from
 # the innermost one gets DEFAULT_BANDWIDTH_GBPS / BANDWIDTH_STEP**d and
@@ -45,9 +52,9 @@ class Level(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="level name, e.g. node, socket, gpu")
     count: int = Field(gt=0, description="children per parent at this level")
-    bandwidth_GBps: float | None = Field(default=None, gt=0, description="per-device bandwidth on this level's fabric, GB/s")
-    latency_us: float | None = Field(default=None, ge=0, description="latency of one hop on this level's fabric, microseconds")
-    uplink_GBps: float | None = Field(default=None, gt=0, description="aggregate bandwidth out of one unit of this level, shared by its devices, GB/s")
+    bandwidth_GBps: float | None = Field(default=None, **RATE_GBPS, description="per-device bandwidth on this level's fabric, GB/s")
+    latency_us: float | None = Field(default=None, **TIME_US, description="latency of one hop on this level's fabric, microseconds")
+    uplink_GBps: float | None = Field(default=None, **RATE_GBPS, description="aggregate bandwidth out of one unit of this level, shared by its devices, GB/s")
 
 
 @dataclass(frozen=True)
@@ -65,9 +72,9 @@ class Hierarchy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(default="custom", description="a name for reports")
-    levels: tuple[Level, ...] = Field(min_length=1, description="levels, outermost first")
-    reduce_GBps: float | None = Field(default=None, gt=0, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
-    step_overhead_us: float | None = Field(default=None, ge=0, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
+    levels: tuple[Level, ...] = Field(min_length=1, max_length=MAX_LEVELS, description="levels, outermost first")
+    reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
+    step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
 
     @field_validator("levels")
     @classmethod
@@ -75,7 +82,7 @@ class Hierarchy(BaseModel):
         names = [lv.name for lv in levels]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"level names must be unique; repeated: {', '.join(duplicates)}")
+            raise ValueError(f"level names must be unique; repeated: {', '.join(quote(n, 24) for n in duplicates[:4])}")
         return levels
 
     @property

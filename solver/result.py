@@ -61,11 +61,17 @@ def _request_spec(request: Request, placement: Placement) -> dict:
     return {"axes": [placement.axes[a].name for a in sorted(request.axes)], "collective": request.collective.value}
 
 
+def is_complete(problem: Problem, plan: SweepResult) -> bool:
+    """True when every placement was enumerated and solved with every program proved (or listed)."""
+    return problem.placements_complete and plan.complete
+
+
 def result_json(problem: Problem, plan: SweepResult, max_steps: int) -> dict:
     """The whole result; a single-request spec keeps the single-request format."""
     out = problem_header(problem)
     out["max_steps"] = max_steps
-    out["complete"] = plan.complete
+    out["complete"] = is_complete(problem, plan)
+    out["placement_count"] = problem.placement_count
     if not problem.is_workload:
         out["placements"] = [solution_json(p.requests[0].solution) for p in plan.placements]
         return out

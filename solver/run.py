@@ -1,18 +1,19 @@
 """``python -m solver.run SPEC``: placements, proved-best programs, predicted times.
 
 Exit codes: 0 success; 1 internal error; 2 bad spec or arguments (one line per
-problem on stderr); 3 no program exists within the bound; 4 the time budget
-ran out before everything was proved (what was proved is still printed and
-written); 130 interrupted.
+problem on stderr), or more placements than --max-placements; 4 the time
+budget (--timeout, which covers placement enumeration and every Z3 call) ran
+out before everything was enumerated, proved or listed (what was done is still
+printed and written, with "complete": false); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,12 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from p2synth_encodings.deadline import Deadline
 from solver.planner import SweepResult, PlacementResult, plan_placement, rank_plans
 from solver.report import render_single, render_workload
-from hierarchies.cli import ArgumentParser, UsageError, write_json_atomic
-from solver.result import result_json
+from hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
+from solver.result import is_complete, result_json
 from solver.search import TooManyPrograms, VerificationError
-from solver.spec import MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
+from solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PROGRAM, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 4, 130
+EXIT_CODES = (EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED)  # every code main() returns
+MAX_TIMEOUT_S = 1e6  # Z3 takes its timeout in milliseconds as a 32-bit number
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -35,7 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", help="write the full result as JSON to this file")
     p.add_argument("--top", default="5", help="programs to list per placement: a number, or 'all' (default 5)")
     p.add_argument("--max-steps", type=int, help=f"longest program considered (overrides the spec; 1..{MAX_STEPS_LIMIT})")
-    p.add_argument("--timeout", type=float, default=600.0, help="time budget in seconds for all Z3 calls together (default 600)")
+    p.add_argument("--timeout", type=float, default=600.0, help="time budget in seconds for the whole run: placement enumeration and every Z3 call (default 600)")
+    p.add_argument("--max-placements", type=int, default=MAX_PLACEMENTS, help=f'refuse "placements": "all" beyond this many placements (default {MAX_PLACEMENTS})')
     p.add_argument("--print-schema", action="store_true", help="print the spec's JSON schema and exit")
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
     p.add_argument("--export", choices=["torch", "jax"], help="print a PyTorch or JAX module running the chosen placement's programs, instead of the table")
@@ -52,8 +56,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             raise UsageError("argument --top: must be at least 1")
     if args.max_steps is not None and not 1 <= args.max_steps <= MAX_STEPS_LIMIT:
         raise UsageError(f"argument --max-steps: must be between 1 and {MAX_STEPS_LIMIT}")
-    if args.timeout <= 0:
-        raise UsageError("argument --timeout: must be a positive number of seconds")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
+        raise UsageError(f"argument --timeout: must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f}")
+    if args.max_placements < 1:
+        raise UsageError("argument --max-placements: must be at least 1")
     return args
 
 
@@ -63,7 +69,7 @@ def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline,
     with _progress(console, len(problem.matrices)) as progress:
         task = progress.add_task("placements", total=len(problem.matrices))
         for matrix in problem.matrices:
-            if deadline.end is not None and time.monotonic() >= deadline.end:
+            if deadline.expired():
                 unsolved.append(matrix)
             else:
                 plans.append(plan_placement(problem, matrix, max_steps, top, deadline))
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv, err)
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a bug: one line unless P2SYNTH_DEBUG asks for the traceback
         if os.environ.get("P2SYNTH_DEBUG"):
             raise
@@ -108,7 +114,8 @@ def _main(argv: list[str] | None, err: Console) -> int:
         if args.print_schema:
             print(json.dumps(Spec.model_json_schema(), indent=2))
             return EXIT_OK
-        problem = load_problem(args.spec)
+        deadline = Deadline(args.timeout)  # the budget starts before the placements are enumerated
+        problem = load_problem(args.spec, deadline, args.max_placements)
     except UsageError as e:
         err.print(f"error: {e}", markup=False)
         return EXIT_USAGE
@@ -116,14 +123,14 @@ def _main(argv: list[str] | None, err: Console) -> int:
         for line in e.lines:
             err.print(f"spec error: {line}", markup=False)
         return EXIT_USAGE
-    if args.export and not 0 <= args.placement < len(problem.matrices):
-        err.print(f"error: argument --placement: {args.placement} is out of range; this spec has {len(problem.matrices)} placement(s), 0..{len(problem.matrices) - 1}", markup=False)
+    if args.export and not 0 <= args.placement < problem.placement_count:
+        err.print(f"error: argument --placement: {args.placement} is out of range; this spec has {problem.placement_count} placement(s), 0..{problem.placement_count - 1}", markup=False)
         return EXIT_USAGE
     max_steps = args.max_steps or problem.spec.max_steps
     top = None if args.top == "all" else args.top
     out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     try:
-        result = sweep(problem, max_steps, top, Deadline(args.timeout), None if args.quiet else err)
+        result = sweep(problem, max_steps, top, deadline, None if args.quiet else err)
     except TooManyPrograms as e:
         err.print(f"error: --top all: {e} per placement is too many to list; use --top N or a smaller max_steps", markup=False)
         return EXIT_USAGE
@@ -139,17 +146,21 @@ def _main(argv: list[str] | None, err: Console) -> int:
         (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
     if args.out:
         write_json_atomic(result_json(problem, result, max_steps), args.out)
-    if not result.complete:
-        err.print(
-            f"timeout: Z3 did not finish within --timeout {args.timeout:g} s "
-            f"({len(result.unsolved)} placement(s) unsolved, best programs not all proved); raise --timeout or lower max_steps",
-            markup=False,
-        )
+    if not is_complete(problem, result):
+        err.print(_timeout_line(args.timeout, problem, result), markup=False)
         return EXIT_TIMEOUT
-    if any(not r.solution.programs for p in result.placements for r in p.requests):
-        err.print(f"no program exists within max_steps = {max_steps}; raise max_steps", markup=False)
-        return EXIT_NO_PROGRAM
     return EXIT_OK
+
+
+def _timeout_line(timeout: float, problem: Problem, result: SweepResult) -> str:
+    """The one line that says what the budget did not cover, and the fix."""
+    if not problem.placements_complete:
+        return (f"timeout: placement enumeration did not finish within --timeout {timeout:g} s "
+                f"({len(problem.matrices):,} of {problem.placement_count:,} found, none solved); "
+                'raise --timeout or list the placements to consider in "placements"')
+    unproved = sum(not p.optimal for p in result.placements)
+    return (f"timeout: --timeout {timeout:g} s ran out with {len(result.placements)} of {problem.placement_count} "
+            f"placement(s) reached, {unproved} of them not fully proved or listed; raise --timeout or lower max_steps")
 
 
 if __name__ == "__main__":

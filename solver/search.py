@@ -106,11 +106,11 @@ def solve(
     if top is None:
         if count > LIST_ALL_LIMIT:
             raise TooManyPrograms(f"{count} programs within {max_steps} steps")
-        raws = list(sketch.enumerate(deadline))
+        raws, timed_out = _listed(sketch, deadline)
         ranked = sorted((rank(to_program(r, placement, request), placement, request, model) for r in raws), key=_order)
-        if len(ranked) != count:
+        if len(ranked) > count or (not timed_out and len(ranked) < count):
             raise VerificationError(f"Z3 listed {len(ranked)} programs, the abstract count is {count}")
-        return Solution(placement, request, message_bytes, default, tuple(ranked), count, True)
+        return Solution(placement, request, message_bytes, default, tuple(ranked), count, not timed_out, timed_out)
     found, timed_out = _proved_top(sketch, request, n_cells, max_steps, top, model, deadline)
     ranked = []
     for r in found:
@@ -123,6 +123,17 @@ def solve(
     return Solution(placement, request, message_bytes, default, tuple(sorted(ranked, key=_order)), count, proved, timed_out)
 
 
+def _listed(sketch: ProgramSketch, deadline: Deadline) -> tuple[list, bool]:
+    """Every program of `sketch`, or those listed before the deadline ran out (then True)."""
+    raws: list = []
+    try:
+        for raw in sketch.enumerate(deadline):
+            raws.append(raw)
+    except SolverTimeout:
+        return raws, True
+    return raws, False
+
+
 def _proved_top(sketch: ProgramSketch, request: Request, n_cells: int, max_steps: int, top: int,
                 model: CostModel, deadline: Deadline) -> tuple[list, bool]:
     """The `top` cheapest programs, each proved by Z3.
@@ -133,9 +144,13 @@ def _proved_top(sketch: ProgramSketch, request: Request, n_cells: int, max_steps
     agree. Where the explicit search would be too large, Z3 searches alone
     by iterative tightening.
     """
-    proposed = cheapest_programs(request.collective, n_cells, max_steps,
-                                 lambda s, op, S: step_seconds(model, s, op, S, n_cells), top)
+    def step_cost(s, op, S):  # the explicit search stops with the budget too
+        if deadline.expired():
+            raise SolverTimeout("explicit search")
+        return step_seconds(model, s, op, S, n_cells)
+
     try:
+        proposed = cheapest_programs(request.collective, n_cells, max_steps, step_cost, top)
         if proposed is None:
             return sketch.top(top, deadline), False
         try:

@@ -9,19 +9,33 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
+from hierarchies.cli import quote
 from hierarchies.library import UnknownSystemError, load_system, system_names
 from hierarchies.model import NAME_PATTERN, Hierarchy
 from hierarchies.placement import Axis, Matrix, Placement, PlacementError
 from hierarchies.program import Collective, Request
 from solver.models import CostModelKind
 
+if TYPE_CHECKING:
+    from p2synth_encodings.deadline import Deadline
+
 MAX_STEPS_LIMIT = 12
+# "placements": "all" is refused beyond this many placements unless the caller raises it
+# (--max-placements): listing them in Z3 and solving each must fit a default budget.
+MAX_PLACEMENTS = 1000
+# Largest device count a hierarchy may have: sizes and counts are factored by trial division.
+MAX_DEVICES = 2**24
+MAX_AXES = 32
+MAX_NAME = 64  # characters in any name (axis, level, request, hierarchy)
+MAX_MESSAGE_BYTES = 2**50
+MAX_COUNT = 10**6  # occurrences of one request per training step
 
 
 class SpecError(Exception):
@@ -59,9 +73,30 @@ HierarchyField = Annotated[
         Annotated[SystemRef, Tag("by-system")],
         Annotated[Hierarchy, Tag("explicit")],
     ],
-    Discriminator(_hierarchy_kind),
+    Discriminator(_hierarchy_kind, custom_error_type="hierarchy_kind",
+                  custom_error_message='must be a bundled system name, {"system": NAME, "nodes": N}, or {"name": ..., "levels": [...]}'),
 ]
-_UNION_TAGS = {"by-name", "by-system", "explicit"}
+
+
+def _placements_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "all"
+    if isinstance(value, list):
+        return "matrices"
+    return None
+
+
+MatrixEntry = Annotated[int, Field(ge=1, le=MAX_DEVICES)]
+PlacementsField = Annotated[
+    Union[
+        Annotated[Literal["all"], Tag("all")],
+        Annotated[list[list[list[MatrixEntry]]], Field(min_length=1), Tag("matrices")],
+    ],
+    Discriminator(_placements_kind, custom_error_type="placements_kind",
+                  custom_error_message='must be "all" or a non-empty list of matrices (lists of rows of integers)'),
+]
+# pydantic names the union member in an error's path, right after the field: not part of the user's path
+_UNION_TAGS = {"hierarchy": {"by-name", "by-system", "explicit"}, "placements": {"all", "matrices"}}
 
 
 class RequestSpec(BaseModel):
@@ -77,8 +112,8 @@ class WorkloadItem(RequestSpec):
     """A named request of a training step, with its size and how often it runs per step."""
 
     name: str = Field(pattern=NAME_PATTERN, description="name of this request, e.g. grad_allreduce")
-    message_bytes: int = Field(gt=0, description="bytes per device of one occurrence")
-    count: int = Field(default=1, gt=0, description="how many times it runs per training step")
+    message_bytes: int = Field(gt=0, le=MAX_MESSAGE_BYTES, description="bytes per device of one occurrence")
+    count: int = Field(default=1, gt=0, le=MAX_COUNT, description="how many times it runs per training step")
 
 
 class Spec(BaseModel):
@@ -87,12 +122,12 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hierarchy: HierarchyField = Field(description="a bundled system name, {system, nodes}, or {name, levels}")
-    axes: list[Axis] = Field(min_length=1, description="parallelism axes; sizes must multiply to the device count")
+    axes: list[Axis] = Field(min_length=1, max_length=MAX_AXES, description="parallelism axes; sizes must multiply to the device count")
     request: RequestSpec | None = Field(default=None, description="the reduction to synthesize (or give a workload)")
     workload: list[WorkloadItem] | None = Field(default=None, min_length=1, description="several named requests of one training step")
-    message_bytes: int = Field(default=1 << 20, gt=0, description="bytes per device (full buffer, nccl-tests convention)")
+    message_bytes: int = Field(default=1 << 20, gt=0, le=MAX_MESSAGE_BYTES, description="bytes per device (full buffer, nccl-tests convention)")
     max_steps: int = Field(default=4, ge=1, le=MAX_STEPS_LIMIT, description="longest program considered")
-    placements: Literal["all"] | list[list[list[int]]] = Field(default="all", description='"all" or a list of matrices (rows: axes, columns: levels)')
+    placements: PlacementsField = Field(default="all", description='"all" or a non-empty list of matrices (rows: axes, columns: levels)')
     cost_model: CostModelKind = Field(default=CostModelKind.ALPHA_BETA, description="alpha-beta (first model) or simulator (algorithm choice by size, reduction compute, step overhead)")
 
     @model_validator(mode="after")
@@ -114,13 +149,23 @@ class NamedRequest:
 
 @dataclass(frozen=True)
 class Problem:
-    """A checked spec: the hierarchy, the axes, the requests and the placements to consider."""
+    """A checked spec: the hierarchy, the axes, the requests and the placements to consider.
+
+    `placement_count` is how many placements the spec asks for; `matrices`
+    holds fewer only when the time budget ran out while they were enumerated.
+    """
 
     spec: Spec
     hierarchy: Hierarchy
     axes: tuple[Axis, ...]
     requests: tuple[NamedRequest, ...]
     matrices: tuple[Matrix, ...]
+    placement_count: int
+
+    @property
+    def placements_complete(self) -> bool:
+        """True when `matrices` holds every placement the spec asks for."""
+        return len(self.matrices) == self.placement_count
 
     @property
     def is_workload(self) -> bool:
@@ -134,16 +179,33 @@ class Problem:
 
 def _format_validation_error(err: ValidationError) -> list[str]:
     errors = err.errors(include_url=False)
-    locs = [tuple(p for p in e["loc"] if p not in _UNION_TAGS) for e in errors]
+    locs = [_user_path(e["loc"]) for e in errors]
     lines = []
     for e, loc in zip(errors, locs):
         # a list that is "too short" only because its items were invalid repeats those items' errors
         if e["type"] == "too_short" and any(other[: len(loc)] == loc and len(other) > len(loc) for other in locs):
             continue
         msg = _FIXES.get(e["type"], e["msg"].removeprefix("Value error, "))
-        where = ".".join(str(p) for p in loc)
-        lines.append(f"{where}: {msg}" if where else msg)
+        where = ".".join(field_key(p) for p in loc) or _ROOT_FIELDS
+        lines.append(f"{where}: {msg}")
     return lines
+
+
+def _user_path(loc: tuple) -> tuple:
+    """An error's path as the user wrote it (without the union member pydantic inserts after some fields)."""
+    if len(loc) > 1 and loc[1] in _UNION_TAGS.get(loc[0], ()):
+        return loc[:1] + loc[2:]
+    return loc
+
+
+_ROOT_FIELDS = "request/workload"  # the one check on the spec as a whole: give one of them
+
+
+def field_key(part: str | int) -> str:
+    """One step of a field path: an index or a plain key as it is, any other key quoted and shortened."""
+    if isinstance(part, int) or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]{0,39}", part):
+        return str(part)
+    return quote(part, 30)
 
 
 _FIXES = {
@@ -161,9 +223,26 @@ def parse_spec(text: str) -> Spec:
     if not isinstance(data, dict):
         raise SpecError(["spec must be a JSON object with fields hierarchy, axes, request, ..."])
     try:
-        return Spec.model_validate(data)
+        spec = Spec.model_validate(data)
     except ValidationError as e:
         raise SpecError(_format_validation_error(e)) from None
+    long_names = [f"{field}: {len(name):,} characters, more than {MAX_NAME}; shorten it"
+                  for field, name in _names(spec) if len(name) > MAX_NAME]
+    if long_names:
+        raise SpecError(long_names)
+    return spec
+
+
+def _names(spec: Spec) -> Iterator[tuple[str, str]]:
+    """Every name the spec gives, with its field path."""
+    for i, axis in enumerate(spec.axes):
+        yield f"axes.{i}.name", axis.name
+    if isinstance(spec.hierarchy, Hierarchy):
+        yield "hierarchy.name", spec.hierarchy.name
+        for i, level in enumerate(spec.hierarchy.levels):
+            yield f"hierarchy.levels.{i}.name", level.name
+    for i, item in enumerate(spec.workload or ()):
+        yield f"workload.{i}.name", item.name
 
 
 def resolve_hierarchy(value: str | SystemRef | Hierarchy) -> Hierarchy:
@@ -175,30 +254,43 @@ def resolve_hierarchy(value: str | SystemRef | Hierarchy) -> Hierarchy:
         return load_system(name, nodes)
     except UnknownSystemError:
         field = "hierarchy" if isinstance(value, str) else "hierarchy.system"
-        raise SpecError([f"{field}: unknown system {name!r}; use one of {', '.join(system_names())} or give levels"]) from None
+        raise SpecError([f"{field}: unknown system {quote(name)}; use one of {', '.join(system_names())} or give levels"]) from None
 
 
 def _resolve_request(req: RequestSpec, axes: tuple[Axis, ...], field: str) -> Request:
     names = [a.name for a in axes]
     unknown = [a for a in req.axes if a not in names]
     if unknown:
-        raise SpecError([f"{field}.axes: unknown axis {unknown[0]!r}; known axes: {', '.join(names)}"])
+        raise SpecError([f"{field}.axes: unknown axis {quote(unknown[0])}; known axes: {_listing(names)}"])
     if len(set(req.axes)) != len(req.axes):
         raise SpecError([f"{field}.axes: an axis is named twice; name each once"])
     return Request(frozenset(names.index(a) for a in req.axes), req.collective)
 
 
-def build_problem(spec: Spec) -> Problem:
-    """Check a parsed spec for consistency and resolve names; SpecError lists the problems."""
+def _listing(names: list[str], most: int = 6) -> str:
+    """Names for an error line: each quoted and shortened, at most `most` of them."""
+    shown = ", ".join(quote(n, 24) for n in names[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
+
+
+def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: int | None = MAX_PLACEMENTS) -> Problem:
+    """Check a parsed spec for consistency and resolve names; SpecError lists the problems.
+
+    ``"placements": "all"`` is refused (SpecError) when there are more than
+    `max_placements` (None: no limit); their enumeration stops when `deadline`
+    runs out, leaving ``placements_complete`` False.
+    """
     hierarchy = resolve_hierarchy(spec.hierarchy)
     axes = tuple(spec.axes)
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise SpecError(["axes: axis names must be unique; rename the repeated axis"])
+    if hierarchy.num_devices > MAX_DEVICES:
+        raise SpecError([f"hierarchy: the level counts multiply to more than {MAX_DEVICES:,} devices, the most this tool handles; lower them"])
     product = math.prod(a.size for a in axes)
     if product != hierarchy.num_devices:
         raise SpecError([
-            f"axes: sizes multiply to {product} but the hierarchy ({hierarchy.describe()}) has "
+            f"axes: sizes multiply to {quote(product, 30)} but the hierarchy {quote(hierarchy.describe())} has "
             f"{hierarchy.num_devices} devices; make the product of axis sizes equal the device count"
         ])
     if spec.workload is not None:
@@ -211,17 +303,42 @@ def build_problem(spec: Spec) -> Problem:
     else:
         assert spec.request is not None
         requests = (NamedRequest("request", _resolve_request(spec.request, axes, "request"), spec.message_bytes),)
-    matrices = _matrices(spec, hierarchy, axes)
-    return Problem(spec, hierarchy, axes, requests, matrices)
-
-
-def _matrices(spec: Spec, hierarchy: Hierarchy, axes: tuple[Axis, ...]) -> tuple[Matrix, ...]:
     if spec.placements == "all":
-        from p2synth_encodings.placements import enumerate_placements  # Z3; the plain enumerator checks it in tests
+        matrices, count = _all_matrices(hierarchy, axes, deadline, max_placements)
+    else:
+        matrices = _listed_matrices(spec.placements, hierarchy, axes)
+        count = len(matrices)
+    return Problem(spec, hierarchy, axes, requests, matrices, count)
 
-        return tuple(sorted(enumerate_placements(tuple(a.size for a in axes), hierarchy.counts)))
+
+def _all_matrices(hierarchy: Hierarchy, axes: tuple[Axis, ...], deadline: Deadline | None,
+                  max_placements: int | None) -> tuple[tuple[Matrix, ...], int]:
+    """Every placement (found by Z3 until `deadline`, its count checked combinatorially) and their count."""
+    from p2synth_encodings.errors import SolverTimeout
+    from p2synth_encodings.placements import count_placements, enumerate_placements  # Z3
+
+    sizes = tuple(a.size for a in axes)
+    count = count_placements(sizes, hierarchy.counts)
+    if max_placements is not None and count > max_placements:
+        raise SpecError([
+            f'placements: "all" means {count:,} placements of these axes on this hierarchy, more than '
+            f"--max-placements {max_placements:,}; list the ones to consider in \"placements\" or raise --max-placements"
+        ])
+    found: list[Matrix] = []
+    try:
+        for matrix in enumerate_placements(sizes, hierarchy.counts, deadline):
+            found.append(matrix)
+    except SolverTimeout:
+        return tuple(sorted(found)), count
+    if len(found) != count:
+        raise RuntimeError(f"Z3 enumerated {len(found)} placements, the combinatorial count is {count}")
+    return tuple(sorted(found)), count
+
+
+def _listed_matrices(listed: list[list[list[int]]], hierarchy: Hierarchy, axes: tuple[Axis, ...]) -> tuple[Matrix, ...]:
+    """The spec's own placements, each checked against the axes and levels."""
     out = []
-    for i, rows in enumerate(spec.placements):
+    for i, rows in enumerate(listed):
         matrix = tuple(tuple(r) for r in rows)
         try:
             Placement(hierarchy, axes, matrix)
@@ -231,10 +348,10 @@ def _matrices(spec: Spec, hierarchy: Hierarchy, axes: tuple[Axis, ...]) -> tuple
     return tuple(out)
 
 
-def load_problem(path: str | Path) -> Problem:
-    """Read, parse and check the spec at `path`; SpecError on any problem."""
+def load_problem(path: str | Path, deadline: Deadline | None = None, max_placements: int | None = MAX_PLACEMENTS) -> Problem:
+    """Read, parse and check the spec at `path` (see :func:`build_problem`); SpecError on any problem."""
     try:
         text = Path(path).read_text()
     except OSError as e:
-        raise SpecError([f"cannot read spec {str(path)!r}: {e.strerror}"]) from None
-    return build_problem(parse_spec(text))
+        raise SpecError([f"cannot read spec {quote(str(path))}: {e.strerror}"]) from None
+    return build_problem(parse_spec(text), deadline, max_placements)

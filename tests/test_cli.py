@@ -1,13 +1,27 @@
-"""The CLI as a user runs it: exit codes, one-line errors, the result JSON."""
+"""The CLI as a user runs it: exit codes, one-line errors, budgets that hold, the result JSON."""
 
+import contextlib
+import io
 import json
+import re
 import subprocess
 import sys
+import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+from solver.run import EXIT_CODES, main
+from solver.spec import field_key
+from tests.spec_mutations import mutated_specs, spec_fields
 
 ROOT = Path(__file__).resolve().parent.parent
+# Wall-clock slack over --timeout for start-up, the concrete checks and writing the result: generous,
+# because the tests share a loaded 2-core machine with other jobs.
+SLACK_S = 30
 
 
 def run(*args, cwd=ROOT):
@@ -54,15 +68,14 @@ def test_bundled_example_runs(tmp_path):
     r = run("examples/dgx-a100-dp-tp.json", "--out", str(tmp_path / "r.json"))
     assert r.returncode == 0, r.stderr
     result = json.loads((tmp_path / "r.json").read_text())
-    assert len(result["placements"]) == 2
-    costs = [p["programs"][0]["cost_s"] for p in result["placements"]]
-    assert costs == sorted(costs)
+    assert {tuple(map(tuple, p["matrix"])) for p in result["placements"]} == {((2, 8), (2, 1)), ((4, 4), (1, 2))}
+    assert result["complete"] and all(p["optimal"] and p["programs"][0]["verified"] for p in result["placements"])
 
 
 @pytest.mark.parametrize("spec,needle", [
     ("{", "spec is not valid JSON"),
     ({**BASE, "axes": [{"name": "data", "size": 4}]}, "axes: sizes multiply to 4 but the hierarchy"),
-    ({**BASE, "request": {"axes": ["tensor"]}}, "request.axes: unknown axis 'tensor'; known axes: data"),
+    ({**BASE, "request": {"axes": ["tensor"]}}, "request.axes: unknown axis 'tensor'; known axes: 'data'"),
     ({**BASE, "axes": [{"name": "data", "size": 0}]}, "axes.0.size: Input should be greater than 0"),
     ({**BASE, "axes": [{"name": "data", "size": -8}]}, "axes.0.size: Input should be greater than 0"),
     ({**BASE, "hierarchy": {"name": "t", "levels": [{"name": "node", "count": 0}]}}, "hierarchy.levels.0.count: Input should be greater than 0"),
@@ -72,13 +85,27 @@ def test_bundled_example_runs(tmp_path):
     ({**BASE, "request": {"axes": ["data"], "collective": "all_to_all"}}, "request.collective: Input should be"),
     ({**BASE, "placements": [[[4, 2]]]}, "placements.0: column of level 'node' multiplies to 4"),
     ({**BASE, "max_steps": 0}, "max_steps: Input should be greater than or equal to 1"),
-    ({k: v for k, v in BASE.items() if k != "request"}, "give exactly one of 'request' or 'workload'"),
+    ({k: v for k, v in BASE.items() if k != "request"}, "request/workload: give exactly one of 'request' or 'workload'"),
+    ({**BASE, "hierarchy": "x" * 5000}, "hierarchy: unknown system 'xxxxxxxx"),
+    ({**BASE, "hierarchy": "../systems/dgx-a100"}, "hierarchy: unknown system '../systems/dgx-a100'"),
+    ({**BASE, "hierarchy": 7}, 'hierarchy: must be a bundled system name, {"system": NAME'),
+    ({**BASE, "placements": 7}, 'placements: must be "all" or a non-empty list of matrices'),
+    ({**BASE, "placements": []}, "placements: List should have at least 1 item"),
+    ({**BASE, "message_bytes": 10**400}, "message_bytes: Input should be less than or equal to"),
+    ({**BASE, "axes": [{"name": "d" * 5000, "size": 8}]}, "axes.0.name: 5,000 characters, more than 64; shorten it"),
+    ({**BASE, "request": {"axes": ["q" * 5000]}}, "request.axes: unknown axis 'qqqq"),
+    ({**BASE, "x" * 5000: 1}, "spec error: 'xxxxxxxxxxxxxxxxx...(5002 chars): unknown field; remove it"),
+    ({**BASE, "hierarchy": {"name": "t", "levels": [{"name": "node", "count": 2, "latency_us": float("inf")},
+                                                   {"name": "gpu", "count": 4}]}}, "hierarchy.levels.0.latency_us: Input should be a finite number"),
+    ({**BASE, "hierarchy": {"name": "t", "levels": [{"name": "node", "count": 2**30}]}, "axes": [{"name": "data", "size": 2**30}]},
+     "hierarchy: the level counts multiply to more than 16,777,216 devices"),
 ])
 def test_bad_specs_exit_2_with_one_clear_line(tmp_path, spec, needle):
     r = run(write_spec(tmp_path, spec), "--out", str(tmp_path / "never.json"))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert len(lines[0]) <= 200, lines[0]
     assert "Traceback" not in r.stderr and not (tmp_path / "never.json").exists()
 
 
@@ -87,6 +114,10 @@ def test_bad_specs_exit_2_with_one_clear_line(tmp_path, spec, needle):
     (["--top", "many"], "--top"),
     (["--max-steps", "99"], "--max-steps"),
     (["--timeout", "-1"], "--timeout"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--timeout", "inf"], "--timeout"),
+    (["--timeout", "1e12"], "--timeout"),
+    (["--max-placements", "0"], "--max-placements"),
 ])
 def test_bad_arguments_exit_2(tmp_path, args, needle):
     r = run(write_spec(tmp_path, BASE), *args)
@@ -96,6 +127,8 @@ def test_bad_arguments_exit_2(tmp_path, args, needle):
 def test_missing_spec_file_exits_2(tmp_path):
     r = run(str(tmp_path / "nope.json"))
     assert r.returncode == 2 and "cannot read spec" in r.stderr
+    r = run("y" * 5000)
+    assert r.returncode == 2 and "cannot read spec 'yyyy" in r.stderr and len(r.stderr.strip()) <= 200
 
 
 def test_print_schema_is_json_schema():
@@ -119,3 +152,167 @@ def test_timeout_reports_what_was_proved_and_exits_4(tmp_path):
     r = run(write_spec(tmp_path, spec), "--timeout", "0.5", "--out", str(out))
     assert r.returncode == 4 and r.stderr.strip().startswith("timeout:")
     assert json.loads(out.read_text())["complete"] is False
+
+
+def _levels(n, count=2):
+    return {"name": "t", "levels": [{"name": f"l{i}", "count": count} for i in range(n)]}
+
+
+# 9 axes of size 2 on 9 levels of 2: the placements are the 9 x 9 permutation matrices, 9! = 362,880 of them
+NINE_BY_NINE = {"hierarchy": _levels(9), "axes": [{"name": f"a{i}", "size": 2} for i in range(9)],
+                "request": {"axes": ["a0"]}}
+# one placement with 8 cells, programs of up to 12 steps: the explicit search alone would push 300,000
+# partial programs (about 13 s here) before Z3 starts
+EIGHT_CELLS = {**BASE, "hierarchy": _levels(4, count=4), "axes": [{"name": "x", "size": 16}, {"name": "y", "size": 16}],
+               "request": {"axes": ["x", "y"]}, "max_steps": 12, "placements": [[[2, 2, 2, 2], [2, 2, 2, 2]]]}
+
+
+def run_timed(tmp_path, spec, *args):
+    """Run the CLI on `spec` with --out; the process, its wall-clock seconds and the --out path."""
+    out = tmp_path / "r.json"
+    started = time.monotonic()
+    r = run(write_spec(tmp_path, spec), *args, "--out", str(out))
+    return r, time.monotonic() - started, out
+
+
+def test_top_all_out_of_time_exits_4_with_the_programs_listed_so_far(tmp_path):
+    # one placement with 4 cells; 11,833 programs within 5 steps: far more than a few seconds of Z3 can list
+    spec = {**BASE, "hierarchy": _levels(4), "axes": [{"name": "data", "size": 16}], "max_steps": 5}
+    r, seconds, out = run_timed(tmp_path, spec, "--top", "all", "--timeout", "3")
+    assert seconds < 3 + SLACK_S
+    assert r.returncode == 4, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("timeout: --timeout 3 s ran out with 1 of 1 placement(s) reached, 1 of them not fully proved or listed")
+    result = json.loads(out.read_text())
+    (pl,) = result["placements"]
+    assert result["complete"] is False and pl["timed_out"] is True and pl["optimal"] is False
+    assert pl["program_count"] == 11833 and 0 < len(pl["programs"]) < 11833
+    steps = [json.dumps(p["steps"]) for p in pl["programs"]]
+    assert len(set(steps)) == len(steps) and all(p["verified"] for p in pl["programs"])
+    costs = [p["cost_s"] for p in pl["programs"]]
+    assert costs == sorted(costs)
+
+
+def test_timeout_bounds_the_search_for_the_best_programs(tmp_path):
+    r, seconds, out = run_timed(tmp_path, EIGHT_CELLS, "--timeout", "2")
+    assert seconds < 2 + SLACK_S / 3
+    assert r.returncode == 4, r.stderr
+    (pl,) = json.loads(out.read_text())["placements"]
+    assert pl["timed_out"] is True and pl["optimal"] is False and pl["default"]["cost_s"] > 0
+
+
+def test_an_expired_budget_stops_the_search_inside_a_placement():
+    from p2synth_encodings.deadline import Deadline
+    from solver.search import solve
+    from solver.spec import build_problem, parse_spec
+
+    problem = build_problem(parse_spec(json.dumps(EIGHT_CELLS)))
+    placement = problem.placement(((2, 2, 2, 2), (2, 2, 2, 2)))
+    expired = Deadline(0.0)
+    started = time.monotonic()
+    solution = solve(placement, problem.requests[0].request, 1 << 20, 12, 5, expired)
+    assert time.monotonic() - started < 3  # 0.5 s here; the explicit search alone would take 13 s
+    assert solution.timed_out and not solution.optimal and solution.programs == ()
+
+
+def test_too_many_placements_are_refused_up_front_with_the_count_and_the_fix(tmp_path):
+    r, seconds, out = run_timed(tmp_path, NINE_BY_NINE)
+    assert seconds < SLACK_S  # counted, not enumerated
+    assert r.returncode == 2 and not out.exists()
+    (line,) = r.stderr.strip().splitlines()
+    assert line == ('spec error: placements: "all" means 362,880 placements of these axes on this hierarchy, more than '
+                    '--max-placements 1,000; list the ones to consider in "placements" or raise --max-placements')
+
+
+def test_timeout_bounds_placement_enumeration(tmp_path):
+    r, seconds, out = run_timed(tmp_path, NINE_BY_NINE, "--max-placements", "400000", "--timeout", "3")
+    assert seconds < 3 + SLACK_S
+    assert r.returncode == 4, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert re.fullmatch(r"timeout: placement enumeration did not finish within --timeout 3 s \(\d[\d,]* of 362,880 found, "
+                        r'none solved\); raise --timeout or list the placements to consider in "placements"', line), line
+    result = json.loads(out.read_text())
+    assert result["complete"] is False and result["placement_count"] == 362880 and result["placements"] == []
+
+
+def test_explicit_placements_are_not_counted_against_the_limit(tmp_path):
+    identity = [[2 if a == level else 1 for level in range(9)] for a in range(9)]
+    out = tmp_path / "r.json"
+    r = run(write_spec(tmp_path, {**NINE_BY_NINE, "placements": [identity]}), "--top", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["complete"] is True and result["placement_count"] == 1
+    assert [p["matrix"] for p in result["placements"]] == [identity]
+
+
+def test_readme_and_docstring_name_exactly_the_exit_codes_main_returns():
+    import solver.run
+
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("Exit codes:"):].split("\n\n")[0]
+    assert {int(c) for c in re.findall(r"`(\d+)`", paragraph)} == set(EXIT_CODES)
+    doc = solver.run.__doc__
+    docstring = doc[doc.index("Exit codes:"):]
+    assert {int(c) for c in re.findall(r"(?:^|[;:] )(\d+) ", docstring.replace("\n", " "))} == set(EXIT_CODES)
+
+
+# ---- fuzzing: mutated bundled examples, run in-process ----------------------------------------
+FUZZ_TIMEOUT_S = 1
+
+
+def run_in_process(spec: dict, workdir: Path) -> tuple[int, str, Path]:
+    """Run ``solver.run.main`` on `spec` (short budget, top 1); its exit code, stderr and --out path."""
+    path, out = workdir / "spec.json", workdir / "out.json"
+    path.write_text(json.dumps(spec))
+    out.unlink(missing_ok=True)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main([str(path), "--timeout", str(FUZZ_TIMEOUT_S), "--quiet", "--top", "1", "--out", str(out)])
+    return code, stderr.getvalue(), out
+
+
+def check_mutated_spec(spec: dict, workdir: Path) -> int:
+    """Run one mutated spec and check its outcome; returns the exit code.
+
+    Every outcome is 0 (complete result), 2 (one line per problem, each
+    naming the field, nothing written) or 4 (one timeout line, a result with
+    complete false); never 1, never a traceback, no line over 200 characters.
+    """
+    started = time.monotonic()
+    code, stderr, out = run_in_process(spec, workdir)
+    assert time.monotonic() - started < FUZZ_TIMEOUT_S + SLACK_S
+    lines = stderr.splitlines()
+    assert code in (0, 2, 4), stderr
+    assert "Traceback" not in stderr and all(len(line) <= 200 for line in lines), stderr
+    if code == 2:
+        fields = spec_fields() | {field_key(k) for k in spec} | {"request/workload"}
+        assert lines and not out.exists()
+        for line in lines:
+            rest = line.removeprefix("spec error: ")
+            assert rest != line and any(rest.startswith((f + ".", f + ": ")) for f in fields), line
+    else:
+        assert json.loads(out.read_text())["complete"] is (code == 0)
+        assert (lines == []) if code == 0 else (len(lines) == 1 and lines[0].startswith("timeout: ")), stderr
+    return code
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_specs())
+def test_mutated_specs_exit_0_2_or_4_with_one_line_per_problem(spec):
+    with tempfile.TemporaryDirectory() as workdir:
+        check_mutated_spec(spec, Path(workdir))
+
+
+def fuzz_outcomes(examples: int) -> Counter:
+    """Run `examples` mutated specs through :func:`check_mutated_spec`; exit code -> how many (by hand)."""
+    outcomes: Counter = Counter()
+
+    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(mutated_specs())
+    def fuzz(spec):
+        with tempfile.TemporaryDirectory() as workdir:
+            outcomes[check_mutated_spec(spec, Path(workdir))] += 1
+
+    fuzz()
+    return outcomes

@@ -1,13 +1,16 @@
 """The system model: hierarchies, the library, placements and their enumeration."""
 
 import math
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from p2synth_encodings.placements import enumerate_placements
-from hierarchies import Axis, Hierarchy, Level, Placement, PlacementError, enumerate_matrices, load_system, system_names
+from p2synth_encodings.deadline import Deadline
+from p2synth_encodings.errors import SolverTimeout
+from p2synth_encodings.placements import count_placements, enumerate_placements
+from hierarchies import Axis, Hierarchy, Level, Placement, PlacementError, UnknownSystemError, enumerate_matrices, load_system, system_names
 from tests.strategies import placements
 
 
@@ -21,6 +24,12 @@ def test_library_systems_load_with_node_count(name):
     assert h.levels[0].count == 16
     assert h.num_devices == 16 * h.devices_below(0)
     assert all(link.bandwidth > 0 and link.latency > 0 for link in h.links)
+
+
+@pytest.mark.parametrize("name", ["x" * 5000, "../systems/dgx-a100", "dgx-a100/../dgx-a100", "/etc/passwd", "", "DGX-A100"])
+def test_only_a_bundled_name_is_loaded(name):
+    with pytest.raises(UnknownSystemError):
+        load_system(name)
 
 
 def test_dgx_a100_figures():
@@ -85,6 +94,7 @@ def test_z3_placement_enumeration_matches_plain_enumerator(sizes, counts):
     plain = sorted(enumerate_matrices(tuple(sizes), tuple(counts)))
     z3 = sorted(enumerate_placements(tuple(sizes), tuple(counts)))
     assert z3 == plain
+    assert count_placements(tuple(sizes), tuple(counts)) == len(plain)
     assert len(set(plain)) == len(plain) and plain
     for m in plain:
         assert all(math.prod(r) == s for r, s in zip(m, sizes))
@@ -94,3 +104,30 @@ def test_z3_placement_enumeration_matches_plain_enumerator(sizes, counts):
 def test_mismatched_products_give_no_placement():
     assert list(enumerate_placements((3,), (2,))) == []
     assert list(enumerate_matrices((3,), (2,))) == []
+
+
+@pytest.mark.parametrize("sizes,counts,expected", [
+    ((16, 2), (4, 8), 2),
+    ((2,) * 9, (2,) * 9, math.factorial(9)),  # permutation matrices
+    ((2,) * 24, (2,) * 24, math.factorial(24)),
+    ((2**12, 2**12), (2,) * 24, math.comb(24, 12)),  # which 12 levels the first axis takes
+    ((6,) * 8, (6,) * 8, math.factorial(8) ** 2),  # one permutation per prime
+    ((4, 4), (4, 4), 3),  # exponent rows (2,0)/(0,2), (1,1)/(1,1), (0,2)/(2,0)
+    ((12,), (2, 6), 1),
+    ((3,), (2,), 0),
+])
+def test_placement_count_by_hand(sizes, counts, expected):
+    started = time.monotonic()
+    assert count_placements(sizes, counts) == expected
+    assert time.monotonic() - started < 5  # a count, not an enumeration
+
+
+def test_placement_enumeration_stops_at_its_deadline_keeping_what_it_found():
+    found = []
+    started = time.monotonic()
+    with pytest.raises(SolverTimeout):
+        for matrix in enumerate_placements((2,) * 9, (2,) * 9, Deadline(1.0)):
+            found.append(matrix)
+    assert time.monotonic() - started < 1.0 + 10  # generous: a loaded machine
+    assert 0 < len(found) < math.factorial(9) and len(set(found)) == len(found)
+    assert all(row.count(2) == 1 for m in found for row in (*m, *zip(*m)))  # one 2 in each row and each column
