@@ -7,6 +7,7 @@ subprocess with a hard timeout. To keep launches few, a job may run
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 from hierarchies import Collective, Program, default_program
 from tests.runtime_support import (
     CASES,
+    MPI_ENV,
     ROOT,
     SEVERAL,
     SMALL,
@@ -204,7 +206,8 @@ def test_bad_arguments_give_one_line_each(tmp_path):
     data["placements"][0]["programs"][1] = {"steps": [{"op": "all_reduce", "slice": [["data", "core"]]}]}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
-    calls = [f"{good} --placement 5", f"{bad} --top 3", f"{good} --bytes 3x", f"{tmp_path / 'none.json'}", f"{good} --bytes 8"]
+    calls = [f"{good} --placement 5", f"{bad} --top 3", f"{good} --bytes 3x", f"{tmp_path / 'none.json'}", f"{good} --bytes 8",
+             f"{good} --inject bogus", f"{good} --top 0 --inject skip-repack"]
     job = run_mpi(4, ["-c", SEVERAL, *calls], timeout=90)
     assert job.returncode == 2
     assert _errors(job.stderr) == [
@@ -213,6 +216,9 @@ def test_bad_arguments_give_one_line_each(tmp_path):
         "error: argument --bytes: bad size '3x': expected e.g. 4096, 64K, 1M or 2G",
         f"error: cannot read plan {tmp_path / 'none.json'}: No such file or directory",
         "error: 8 bytes is less than one float32 per chunk for 4 chunks",
+        "error: argument --inject: invalid FaultKind value: 'bogus'",
+        "error: --inject skip-repack applies to none of the 1 selected program(s): it needs a local repack; "
+        "choose another kind, or more programs (--top all)",
     ]
 
 
@@ -234,3 +240,44 @@ def test_cupy_backend_reports_unavailable(tmp_path):
     assert job.returncode == 2
     errors = _errors(job.stderr)
     assert len(errors) == 1 and errors[0].startswith("error: cupy backend unavailable: ")
+
+
+NO_SOLVER = (
+    "import shlex, sys; sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); "
+    "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
+)
+
+
+def test_the_runtime_needs_neither_z3_nor_the_solver(tmp_path):
+    """With z3, solver and the encodings blocked (importing them raises), --help and a whole run work."""
+    help_ = subprocess.run([sys.executable, "-c", NO_SOLVER, "--help"], cwd=ROOT, env={**os.environ, **MPI_ENV},
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert help_.returncode == 0, help_.stderr
+    assert help_.stdout.startswith("usage: python -m runtime.bench") and "--inject KIND" in help_.stdout
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    programs = all_programs(SMALL, request, 3)
+    plan = write_plan(tmp_path / "plan.json", SMALL, request, programs)
+    out = tmp_path / "out.json"
+    job = run_mpi(4, ["-c", NO_SOLVER, f"{plan} {QUICK} --out {out}"], timeout=90)
+    assert job.returncode == 0, job.stderr
+    results = json.loads(out.read_text())["results"]
+    assert {Program.from_json(r["program"], SMALL) for r in results} == {default_program(SMALL, request), *programs}
+    assert all(r["wrong"] == 0 and r["wrong_timed"] == 0 for r in results)
+
+
+def test_a_one_device_plan_runs_the_collective_over_the_one_member_group(tmp_path):
+    """A request that reduces nothing: the default (no steps) is one real call on a one-member communicator."""
+    placement = placement_of([("gpu", 1)], [("data", 1)], [[1]])
+    calls, outs = [], {}
+    for collective in Collective:
+        request = request_of(placement, ["data"], collective)
+        plan = write_plan(tmp_path / f"{collective.value}.json", placement, request, all_programs(placement, request, 2))
+        outs[collective] = tmp_path / f"{collective.value}.out.json"
+        calls.append(f"{plan} --bytes 4:4K:32 --warmup 0 --iters 1 --repeats 1 --out {outs[collective]}")
+    job = run_mpi(1, ["-c", SEVERAL, *calls], timeout=90)
+    assert job.returncode == 0, job.stderr
+    for collective, out in outs.items():
+        results = json.loads(out.read_text())["results"]
+        assert [(r["bytes"], r["program"], r["wrong"], r["wrong_timed"]) for r in results] == [
+            (4, {"steps": []}, 0, 0), (128, {"steps": []}, 0, 0), (4096, {"steps": []}, 0, 0)]
+        assert all(r["is_default"] for r in results)
