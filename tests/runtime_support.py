@@ -35,6 +35,22 @@ MPI_ENV = {
 # MPI job, and exits with the worst status: fewer mpiexec launches.
 SEVERAL = "import shlex, sys; from runtime.bench import main; sys.exit(max(main(shlex.split(a)) for a in sys.argv[1:]))"
 
+
+def bench_once(setup: str = "", data: str = "") -> str:
+    """A python -c program: run `setup` (statements), then runtime.bench once on the command line in argv[1].
+
+    `data`, if given, is the check-data factory to use, as ``module:Name`` (e.g. ``scripts.fault_audit:OldPattern``).
+    """
+    use = ""
+    if data:
+        module, name = data.split(":")
+        use, data = f"from {module} import {name}; ", f", data={name}"
+    return f"import shlex, sys; {setup}{use}from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1]){data}))"
+
+
+# Setup for bench_once: every program passes the concrete checker, so a wrong one reaches the runtime's check.
+NO_CHECKER = "import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
+
 # The same, but rank 0 prints the list of exit statuses as JSON (one per command line) and the job exits 0.
 EACH = (
     "import json, shlex, sys; from mpi4py import MPI; from runtime.bench import main; "

@@ -52,6 +52,11 @@ def data_of(placement, request, count):
     return [tagged_data(request.collective, reduction_group(placement, request, r), count, n) for r in range(n)]
 
 
+def some_rank(data, everyone):
+    """The TaggedData of a rank drawn by hypothesis."""
+    return everyone[data.draw(st.integers(0, len(everyone) - 1))]
+
+
 def index_field(values, placement, count):
     """The low B bits of tagged values: the exact part of every claim but the last."""
     return values & np.uint64((1 << index_bits(placement.num_devices, count)) - 1)
@@ -150,7 +155,7 @@ def test_expected_elements_are_equal_only_when_they_are_the_same_element(run):
 def test_a_dropped_or_doubled_contribution_changes_every_element(run, data):
     placement, request, count = run
     everyone = data_of(placement, request, count)
-    d = everyone[data.draw(st.integers(0, placement.num_devices - 1))]
+    d = some_rank(data, everyone)
     some = data.draw(st.sets(st.sampled_from(d.group.members), min_size=1))
     part = wrapping_sum([everyone[r].input() for r in some])
     expected = index_field(d.expected(), placement, count)
@@ -177,7 +182,7 @@ def test_a_fault_acting_alike_on_two_elements_that_moves_or_miscounts_changes_on
     """n inputs from any ranks at shifted indices, the same at two positions: caught unless n = G and the shifts cancel."""
     placement, request, count = run
     everyone = data_of(placement, request, count)
-    d = everyone[data.draw(st.integers(0, placement.num_devices - 1))]
+    d = some_rank(data, everyone)
     size = d.group.size
     assume(count >= 2)
     i, k = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=2, unique=True))
@@ -198,7 +203,7 @@ def test_other_ranks_in_the_right_number_at_the_right_index_change_the_rank_fiel
     """The one case the index field cannot see; the pseudo-random rank tags make a collision unlikely (see docs)."""
     placement, request, count = run
     everyone = data_of(placement, request, count)
-    d = everyone[data.draw(st.integers(0, placement.num_devices - 1))]
+    d = some_rank(data, everyone)
     members = d.group.members
     chosen = data.draw(st.lists(st.sampled_from(members), min_size=len(members), max_size=len(members)))
     assume(sorted(chosen) != sorted(members))

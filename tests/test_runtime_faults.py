@@ -16,7 +16,19 @@ import pytest
 from hierarchies import Collective, Program, Step, default_program
 from runtime.faults import FaultKind, place_fault
 from runtime.layout import plan_layout
-from tests.runtime_support import CASES, EACH, SMALL, all_programs, case_plans, find_mpiexec, request_of, run_mpi, write_plan
+from tests.runtime_support import (
+    CASES,
+    EACH,
+    NO_CHECKER,
+    SMALL,
+    all_programs,
+    bench_once,
+    case_plans,
+    find_mpiexec,
+    request_of,
+    run_mpi,
+    write_plan,
+)
 
 SUMMING = {Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE}
 BLOCKS = {Collective.REDUCE_SCATTER, Collective.ALL_GATHER}
@@ -108,12 +120,6 @@ def test_every_injected_fault_is_detected(case, tmp_path):
     assert len(errors) == none_apply and all(" applies to none of the " in e for e in errors)
 
 
-OLD_DATA = (
-    "import shlex, sys; from runtime.bench import main; from scripts.fault_audit import OldPattern; "
-    "sys.exit(main(shlex.split(sys.argv[1]), data=OldPattern))"
-)
-
-
 @pytest.mark.mpi
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
 def test_a_fault_the_check_misses_fails_the_run_loudly(tmp_path):
@@ -121,17 +127,11 @@ def test_a_fault_the_check_misses_fails_the_run_loudly(tmp_path):
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
     plan = write_plan(tmp_path / "plan.json", SMALL, request, [])
     out = tmp_path / "out.json"
-    job = run_mpi(4, ["-c", OLD_DATA, f"{plan} --bytes 1000 --inject swap-chunks --out {out}"], timeout=90)
+    job = run_mpi(4, ["-c", bench_once(data="scripts.fault_audit:OldPattern"), f"{plan} --bytes 1000 --inject swap-chunks --out {out}"], timeout=90)
     assert job.returncode == 4, job.stderr
     assert "# Injected swap-chunks: detected in 0 of 1 runs it struck" in job.stdout and "FAILED" in job.stdout
     [result] = json.loads(out.read_text())["results"]
     assert result["verdict"] == "missed" and result["wrong"] == 0
-
-
-CORRUPT_CONTROL = (
-    "import shlex, sys; import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
-    "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
-)
 
 
 @pytest.mark.mpi
@@ -147,7 +147,7 @@ def test_a_wrong_program_the_fault_does_not_strike_still_fails_the_run(tmp_path)
     ]
     plan.write_text(json.dumps(data))
     out = tmp_path / "out.json"
-    job = run_mpi(4, ["-c", CORRUPT_CONTROL, f"{plan} --bytes 1000 --inject reverse-blocks --out {out}"], timeout=90)
+    job = run_mpi(4, ["-c", bench_once(NO_CHECKER), f"{plan} --bytes 1000 --inject reverse-blocks --out {out}"], timeout=90)
     assert job.returncode == 1, job.stderr
     results = json.loads(out.read_text())["results"]
     assert [r["verdict"] for r in results] == ["not applicable", "detected", "not applicable"]

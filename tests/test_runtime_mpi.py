@@ -18,10 +18,12 @@ from hierarchies import Collective, Program, default_program
 from tests.runtime_support import (
     CASES,
     MPI_ENV,
+    NO_CHECKER,
     ROOT,
     SEVERAL,
     SMALL,
     all_programs,
+    bench_once,
     cpu_2x4,
     find_mpiexec,
     gpu_count,
@@ -145,12 +147,6 @@ def test_known_values_through_the_executor():
         assert by_rank[r]["broadcast"] == list(range(8))  # the root's (rank 0's) input
 
 
-CORRUPT = (
-    "import shlex, sys; import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
-    "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
-)
-
-
 def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
     plan = write_plan(tmp_path / "plan.json", SMALL, request, [default_program(SMALL, request)])
@@ -163,7 +159,7 @@ def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
     ]
     plan.write_text(json.dumps(data))
     out = tmp_path / "out.json"
-    job = run_mpi(4, ["-c", CORRUPT, f"{plan} {QUICK} --out {out}"], timeout=90)
+    job = run_mpi(4, ["-c", bench_once(NO_CHECKER), f"{plan} {QUICK} --out {out}"], timeout=90)
     assert job.returncode == 1, job.stderr
     assert "Out of bounds values" in job.stdout and "FAILED" in job.stdout
     wrong = [r["wrong"] for r in json.loads(out.read_text())["results"]]
@@ -242,10 +238,7 @@ def test_cupy_backend_reports_unavailable(tmp_path):
     assert len(errors) == 1 and errors[0].startswith("error: cupy backend unavailable: ")
 
 
-NO_SOLVER = (
-    "import shlex, sys; sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); "
-    "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
-)
+NO_SOLVER = bench_once("sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); ")
 
 
 def test_the_runtime_needs_neither_z3_nor_the_solver(tmp_path):
