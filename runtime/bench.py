@@ -171,16 +171,16 @@ def _main(argv: list[str] | None, world: MPI.Intracomm, data: DataFactory) -> in
         error = str(e)
     if fail_together(world, error):
         return EXIT_USAGE
+    results: list[Result] | list[InjectResult]
     if job.inject is not None:
-        injected = inject_sweep(job, backend, world, data)
-        if world.Get_rank() == 0 and args.out is not None:
-            args.out.write_text(json.dumps(bench_json(job, backend, world, injected), indent=2) + "\n")
-        return inject_status(injected)
-    results = sweep(job, backend, world, data)
-    wrong = sum(r.wrong + r.wrong_timed for r in results)
+        results = inject_sweep(job, backend, world, data)
+        status = inject_status(results)
+    else:
+        results = sweep(job, backend, world, data)
+        status = EXIT_WRONG if any(r.wrong or r.wrong_timed for r in results) else EXIT_OK
     if world.Get_rank() == 0 and args.out is not None:
         args.out.write_text(json.dumps(bench_json(job, backend, world, results), indent=2) + "\n")
-    return EXIT_WRONG if wrong else EXIT_OK
+    return status
 
 
 class Runner:
@@ -207,6 +207,7 @@ class Runner:
             compiled = self.executor.compile(cand.program, buffers, fault)
             buffers.poison(data.poison)
             compiled.run()
+            self.backend.synchronize()
             wrong.append(mismatches(self.backend.download(buffers.get(Role.RECV)), expected, self.world))
         return wrong
 
