@@ -50,26 +50,17 @@ class ConcreteChecker:
         # reduced coordinate of each device = its digits on the reduced cells (the chunk it "owns")
         self.coord = [tuple(placement.digits(r).get(c, 0) for c in self.cells) for r in range(self.n)]
         self.all_chunks = list(product(*(range(placement.factor(c)) for c in self.cells)))
-        self.group_of = self._reduction_groups()
-
-    def _reduction_groups(self) -> list[int]:
-        """Bitmask of each device's reduction group: devices equal to it off the reduced cells."""
-        key = {}
-        groups = []
-        for r in range(self.n):
-            d = self.placement.digits(r)
-            k = tuple((c, v) for c, v in sorted(d.items()) if c not in self.cells)
-            key.setdefault(k, 0)
-            key[k] |= 1 << r
-            groups.append(k)
-        return [key[k] for k in groups]
+        # each device's reduction group, members in chunk order (member k owns chunk all_chunks[k])
+        roots = [placement.root(r, self.cells) for r in range(self.n)]
+        groups = {root: placement.group(root, self.cells) for root in set(roots)}
+        masks = {root: sum(1 << m for m in members) for root, members in groups.items()}
+        self.members = [groups[root] for root in roots]
+        self.group_of = [masks[root] for root in roots]
+        self._step_groups: dict[tuple[Cell, ...], list[tuple[int, ...]]] = {}
 
     def root_of_group(self, rank: int) -> int:
         """The reduction-group root of `rank`: the member with reduced coordinate 0."""
-        d = dict(self.placement.digits(rank))
-        for c in self.cells:
-            d[c] = 0
-        return self.placement.rank_of_digits(d)
+        return self.members[rank][0]
 
     # -- start and goal --------------------------------------------------
     def start(self) -> list[DeviceState]:
@@ -97,7 +88,7 @@ class ConcreteChecker:
             elif col is Collective.REDUCE_SCATTER:
                 want = {self.coord[r]: group}
             elif col is Collective.ALL_GATHER:
-                want = {k: 1 << self._owner(r, k) for k in self.all_chunks}
+                want = {k: 1 << owner for k, owner in zip(self.all_chunks, self.members[r])}
             elif col is Collective.BROADCAST:
                 want = {k: 1 << root for k in self.all_chunks}
             else:  # reduce: only the root is held to the goal
@@ -108,20 +99,14 @@ class ConcreteChecker:
                 return f"device {r} does not hold the {col.value} result"
         return ""
 
-    def _owner(self, rank: int, chunk: tuple[int, ...]) -> int:
-        d = dict(self.placement.digits(rank))
-        d.update(zip(self.cells, chunk))
-        return self.placement.rank_of_digits(d)
-
     # -- steps -------------------------------------------------------------
-    def groups(self, step: Step) -> list[list[int]]:
+    def groups(self, step: Step) -> list[tuple[int, ...]]:
         """The device groups of `step`, each ordered by the members' digits on the slice."""
-        out: dict[tuple, list[tuple[tuple[int, ...], int]]] = {}
-        for r in range(self.n):
-            d = self.placement.digits(r)
-            key = tuple((c, v) for c, v in sorted(d.items()) if c not in step.slice)
-            out.setdefault(key, []).append((tuple(d.get(c, 0) for c in step.slice), r))
-        return [[r for _, r in sorted(members)] for members in out.values()]
+        groups = self._step_groups.get(step.slice)
+        if groups is None:
+            roots = dict.fromkeys(self.placement.root(r, step.slice) for r in range(self.n))
+            groups = self._step_groups[step.slice] = [self.placement.group(root, step.slice) for root in roots]
+        return groups
 
     def apply(self, states: list[DeviceState], step: Step) -> None:
         """Apply `step` to every group at once, in place; InvalidStep if a precondition fails."""
@@ -132,7 +117,7 @@ class ConcreteChecker:
         for members in self.groups(step):
             self._apply_group(states, step, members, idx)
 
-    def _apply_group(self, states: list[DeviceState], step: Step, members: list[int], idx: list[int]) -> None:
+    def _apply_group(self, states: list[DeviceState], step: Step, members: tuple[int, ...], idx: list[int]) -> None:
         op = step.op
         sts = [states[m] for m in members]
         if not any(s.active for s in sts):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import product
 from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -128,6 +129,40 @@ class Placement:
                 c = c * radix + (digits.get(Cell(a, l), 0) if radix > 1 else 0)
             coords.append(c)
         return self.hierarchy.rank(tuple(coords))
+
+    # -- groups under a set of cells ----------------------------------------
+    # Under a set of cells, a device's group is every device that agrees with it
+    # on all digits except those of the cells. Members are ordered by their
+    # digits on the cells, read as a mixed-radix number with the first cell of
+    # `cells` most significant: a member's *position*. The *root* is position 0.
+
+    def position(self, rank: int, cells: tuple[Cell, ...]) -> int:
+        """Position of device `rank` in its group under `cells`: its digits on `cells`, mixed-radix, first most significant."""
+        digits = self.digits(rank)
+        out = 0
+        for c in cells:
+            out = out * self.factor(c) + digits.get(c, 0)
+        return out
+
+    def group(self, rank: int, cells: tuple[Cell, ...]) -> tuple[int, ...]:
+        """The group of device `rank` under `cells`, members in position order (``group(r, cells)[position(r, cells)] == r``)."""
+        digits = self.digits(rank)
+        return tuple(
+            self.rank_of_digits({**digits, **dict(zip(cells, ks))})
+            for ks in product(*(range(self.factor(c)) for c in cells))
+        )
+
+    def root(self, rank: int, cells: tuple[Cell, ...]) -> int:
+        """The root of the group of device `rank` under `cells`: the member with zero digits on `cells`."""
+        return self.rank_of_digits({**self.digits(rank), **{c: 0 for c in cells}})
+
+    def group_index(self, rank: int, cells: tuple[Cell, ...]) -> int:
+        """Which group under `cells` device `rank` is in: its digits on the other cells, mixed-radix in cell order.
+
+        Equal for the members of one group, and the groups are numbered
+        ``0 .. num_devices / group size - 1`` without gaps.
+        """
+        return self.position(rank, tuple(c for c in self.cells if c not in cells))
 
     def axis_coords(self, rank: int) -> tuple[int, ...]:
         """Coordinate of device `rank` along every axis (the bijection of DESIGN.md section 2)."""

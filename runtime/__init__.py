@@ -3,7 +3,8 @@
 Entry point: ``mpiexec -n N python -m runtime.bench PLAN ...`` (see docs/runtime.md).
 Modules: plan (load the solver's result), layout (chunk order and repacks),
 executor (sub-communicators and compiled calls), backends (numpy/MPI,
-cupy/NCCL), data (inputs and exact expected results), timing (nccl-tests
-method), report (sizes, bandwidths, table), job (errors and aborts across
-ranks), bench (the CLI). Never imports Z3.
+cupy/NCCL), data (tagged check data and exact expected results), faults
+(deliberate faults for ``--inject``), timing (nccl-tests method), report
+(bandwidths, tables), job (errors and aborts across ranks), bench (the CLI).
+Never imports Z3 or the solver.
 """

@@ -1,7 +1,7 @@
 """Where buffers live and what moves them: numpy over MPI, or CuPy over NCCL.
 
-A backend allocates float32 buffers, copies host data in and out, repacks
-chunks locally, and turns an MPI sub-communicator into a :class:`GroupComm`
+A backend allocates buffers (float32 for timed runs, uint64 for check runs),
+copies host data in and out, repacks chunks locally, and turns an MPI sub-communicator into a :class:`GroupComm`
 with the five collectives. Every group call takes a source and a destination
 buffer; passing the same object for both means in place. The root of every
 rooted call is position 0 of the group (the member with zero slice digits).
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from runtime.data import DTYPE
+from runtime.data import CHECK_DTYPE, DTYPE
 
 NCCL_UNIQUE_ID_BYTES = 128
 
@@ -70,8 +70,8 @@ class Backend(Protocol):
 
     kind: BackendKind
 
-    def empty(self, count: int) -> Any:
-        """A new float32 buffer of `count` elements (contents undefined)."""
+    def empty(self, count: int, dtype: np.dtype = DTYPE) -> Any:
+        """A new buffer of `count` elements of `dtype` (contents undefined)."""
 
     def upload(self, host: np.ndarray, dst: Any) -> None:
         """Copy the host array `host` into `dst`."""
@@ -79,7 +79,7 @@ class Backend(Protocol):
     def download(self, buf: Any) -> np.ndarray:
         """A host copy of `buf`."""
 
-    def fill(self, buf: Any, value: float) -> None:
+    def fill(self, buf: Any, value: int | float) -> None:
         """Set every element of `buf` to `value`."""
 
     def transpose(self, src: Any, dst: Any, shape: tuple[int, ...], axes: tuple[int, ...]) -> None:
@@ -136,9 +136,9 @@ class NumpyBackend:
 
     kind = BackendKind.NUMPY
 
-    def empty(self, count: int) -> np.ndarray:
-        """A new float32 host array."""
-        return np.empty(count, dtype=DTYPE)
+    def empty(self, count: int, dtype: np.dtype = DTYPE) -> np.ndarray:
+        """A new host array."""
+        return np.empty(count, dtype=dtype)
 
     def upload(self, host: np.ndarray, dst: np.ndarray) -> None:
         """Copy `host` into `dst`."""
@@ -148,7 +148,7 @@ class NumpyBackend:
         """A copy of `buf`."""
         return buf.copy()
 
-    def fill(self, buf: np.ndarray, value: float) -> None:
+    def fill(self, buf: np.ndarray, value: int | float) -> None:
         """Set every element of `buf` to `value`."""
         buf.fill(value)
 
@@ -178,28 +178,28 @@ class NcclGroup:
         self.nccl = nccl
         self.stream = stream.ptr
         self.comm = nccl.NcclCommunicator(comm.Get_size(), tuple(int(b) for b in uid), comm.Get_rank())
-        self.float32 = nccl.NCCL_FLOAT32
+        self.types = {DTYPE: nccl.NCCL_FLOAT32, CHECK_DTYPE: nccl.NCCL_UINT64}
         self.sum = nccl.NCCL_SUM
 
     def all_reduce(self, src: Any, dst: Any) -> None:
         """Element-wise sum over the group, into every member's `dst`."""
-        self.comm.allReduce(src.data.ptr, dst.data.ptr, src.size, self.float32, self.sum, self.stream)
+        self.comm.allReduce(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.sum, self.stream)
 
     def reduce_scatter(self, src: Any, dst: Any) -> None:
         """Sum over the group; member j keeps block j of the sum in `dst`."""
-        self.comm.reduceScatter(src.data.ptr, dst.data.ptr, dst.size, self.float32, self.sum, self.stream)
+        self.comm.reduceScatter(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], self.sum, self.stream)
 
     def all_gather(self, src: Any, dst: Any) -> None:
         """Every member's `src`, concatenated in member order, into every `dst`."""
-        self.comm.allGather(src.data.ptr, dst.data.ptr, src.size, self.float32, self.stream)
+        self.comm.allGather(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.stream)
 
     def reduce(self, src: Any, dst: Any) -> None:
         """Sum over the group into the root's `dst`."""
-        self.comm.reduce(src.data.ptr, dst.data.ptr, src.size, self.float32, self.sum, 0, self.stream)
+        self.comm.reduce(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.sum, 0, self.stream)
 
     def broadcast(self, src: Any, dst: Any) -> None:
         """The root's `src` into every member's `dst` (ncclBroadcast is out of place)."""
-        self.comm.broadcast(src.data.ptr, dst.data.ptr, dst.size, self.float32, 0, self.stream)
+        self.comm.broadcast(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], 0, self.stream)
 
     def free(self) -> None:
         """Destroy the NCCL communicator."""
@@ -235,9 +235,9 @@ class CupyBackend:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
 
-    def empty(self, count: int) -> Any:
-        """A new float32 device array."""
-        return self.cupy.empty(count, dtype=DTYPE)
+    def empty(self, count: int, dtype: np.dtype = DTYPE) -> Any:
+        """A new device array."""
+        return self.cupy.empty(count, dtype=dtype)
 
     def upload(self, host: np.ndarray, dst: Any) -> None:
         """Copy `host` to the device buffer `dst`."""
@@ -248,7 +248,7 @@ class CupyBackend:
         """A host copy of the device buffer `buf` (waits for the stream)."""
         return buf.get(stream=self.stream)
 
-    def fill(self, buf: Any, value: float) -> None:
+    def fill(self, buf: Any, value: int | float) -> None:
         """Set every element of `buf` to `value`."""
         buf.fill(value)
 

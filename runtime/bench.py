@@ -1,12 +1,21 @@
 """Run, check and time the programs of a plan across MPI ranks; rank 0 prints an nccl-tests-style table.
 
     mpiexec -n 8 python -m runtime.bench plan.json --placement 0 --top 5 --bytes 1M:64M --out bench.json
+    mpiexec -n 8 python -m runtime.bench plan.json --inject swap-chunks      # a self-test of the check
 
 Every rank derives its hierarchy coordinates from its rank, the job runs the
 default collective and the best ``--top`` programs of the chosen placement,
-at every size, checks each result exactly and times it (see runtime/timing.py).
+at every size: each program first runs once on tagged uint64 data and is
+checked exactly (runtime/data.py), then is timed on float32 buffers of the
+stated bytes (runtime/timing.py), whose output is checked too. With
+``--inject KIND`` each program runs once on tagged data with that fault
+(runtime/faults.py) and nothing is timed.
 Exit status: 0 all results exact; 1 a wrong result, or a rank crashed (the job
-is aborted); 2 bad arguments, plan or backend (one line on stderr).
+is aborted); 2 bad arguments, plan or backend, or an ``--inject`` KIND that
+applies to none of the programs (one line on stderr). With ``--inject``: 3 the
+check caught the fault in every run it struck and the programs it did not
+strike were exact; 4 some run hid the fault from the check; 1 a program the
+fault did not strike was wrong.
 """
 
 from __future__ import annotations
@@ -26,22 +35,41 @@ from hierarchies.cli import ArgumentParser, UsageError, sizes_argument
 from runtime.backends import Backend, BackendKind, BackendUnavailable, make_backend
 from runtime.data import (
     ITEMSIZE,
+    DataFactory,
+    Group,
     element_count,
-    expected_values,
-    input_values,
-    rank_period,
+    index_bits,
     reduction_group,
+    tagged_data,
+    timed_expected,
+    timed_input,
 )
-from runtime.executor import Buffers, CompiledProgram, Executor
-from runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, fail_together, mpi_version, run_guarded
-from runtime.layout import Role
+from runtime.executor import Buffers, Executor
+from runtime.faults import Fault, FaultKind, place_fault
+from runtime.job import (
+    EXIT_DETECTED,
+    EXIT_MISSED,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_WRONG,
+    fail_together,
+    mpi_version,
+    run_guarded,
+)
+from runtime.layout import Role, plan_layout
 from runtime.plan import PlanError, Selection, load_plan
 from runtime.report import (
+    InjectResult,
     Result,
+    Verdict,
+    inject_footer,
+    inject_header,
+    inject_row,
     make_result,
     table_footer,
     table_header,
     table_row,
+    verdict,
 )
 from runtime.timing import TimingConfig, time_runs
 
@@ -76,6 +104,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=TimingConfig.repeats, help=f"repeats; times are medians over them (default {TimingConfig.repeats})")
     p.add_argument("--backend", type=BackendKind, choices=list(BackendKind), default=BackendKind.NUMPY, help="numpy over MPI (default) or cupy over NCCL")
     p.add_argument("--progress", action="store_true", help="show the progress bar even if stderr is not a terminal (e.g. under Open MPI's mpiexec)")
+    p.add_argument("--inject", type=FaultKind, choices=list(FaultKind), default=None, metavar="KIND",
+                   help=f"run every program once with this fault and nothing timed, to show the check sees it: {', '.join(map(str, FaultKind))}")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here (rank 0)")
     return p.parse_args(argv)
 
@@ -89,30 +119,44 @@ class Job:
     config: TimingConfig
     hierarchy_name: str
     progress: bool
+    inject: FaultKind | None = None
+    faults: tuple[Fault | None, ...] = ()  # with --inject: the fault of each candidate, None where it does not apply
 
 
 def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> Job:
-    """Load the plan, choose the programs, check them and the world size; PlanError/ValueError if anything is off."""
+    """Load the plan, choose the programs, check them, the world size and the sizes; PlanError/ValueError if anything is off."""
     plan = load_plan(args.plan)
     selection = plan.select(args.placement, args.top)
-    devices = selection.placement.num_devices
+    placement, request = selection.placement, selection.request
+    devices = placement.num_devices
     if world.Get_size() != devices:
         raise PlanError(f"the plan's hierarchy has {devices} devices but the job has {world.Get_size()} ranks; run with -n {devices}")
     sizes = args.bytes or (plan.message_bytes,)
-    group_size = len(reduction_group(selection.placement, selection.request, 0).members)
+    group_size = reduction_group(placement, request, 0).size
     for nbytes in sizes:
-        element_count(nbytes, group_size)
+        index_bits(devices, element_count(nbytes, group_size))
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
-    return Job(selection, sizes, config, plan.hierarchy.name, args.progress)
+    faults: tuple[Fault | None, ...] = ()
+    if args.inject is not None:
+        faults = tuple(place_fault(args.inject, placement, request, plan_layout(placement, request, c.program)) for c in selection.candidates)
+        if not any(faults):
+            raise PlanError(
+                f"--inject {args.inject} applies to none of the {len(faults)} selected program(s): it needs {args.inject.needs}; "
+                "choose another kind, or more programs (--top all)"
+            )
+    return Job(selection, sizes, config, plan.hierarchy.name, args.progress, args.inject, faults)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: returns the exit status (every rank returns the same)."""
+def main(argv: list[str] | None = None, data: DataFactory = tagged_data) -> int:
+    """Entry point: returns the exit status (every rank returns the same).
+
+    `data` makes the check runs' data (scripts/fault_audit.py passes another scheme).
+    """
     world = MPI.COMM_WORLD
-    return run_guarded(world, lambda: _main(argv, world))
+    return run_guarded(world, lambda: _main(argv, world, data))
 
 
-def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
+def _main(argv: list[str] | None, world: MPI.Intracomm, data: DataFactory) -> int:
     error = None
     try:
         args = parse_args(argv)
@@ -127,30 +171,65 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
         error = str(e)
     if fail_together(world, error):
         return EXIT_USAGE
-    results = sweep(job, backend, world)
-    wrong = sum(r.wrong for r in results)
+    results: list[Result] | list[InjectResult]
+    if job.inject is not None:
+        results = inject_sweep(job, backend, world, data)
+        status = inject_status(results)
+    else:
+        results = sweep(job, backend, world, data)
+        status = EXIT_WRONG if any(r.wrong or r.wrong_timed for r in results) else EXIT_OK
     if world.Get_rank() == 0 and args.out is not None:
         args.out.write_text(json.dumps(bench_json(job, backend, world, results), indent=2) + "\n")
-    return EXIT_WRONG if wrong else EXIT_OK
+    return status
 
 
-def sweep(job: Job, backend: Backend, world: MPI.Intracomm) -> list[Result]:
-    """Run, check and time every program at every size; rank 0 prints the table as it goes."""
+class Runner:
+    """One rank's side of a sweep: its group, the executor with every needed slice connected, the check."""
+
+    def __init__(self, job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory):
+        sel = job.selection
+        self.job, self.backend, self.world, self.data = job, backend, world, data
+        self.collective = sel.request.collective
+        self.group: Group = reduction_group(sel.placement, sel.request, world.Get_rank())
+        self.executor = Executor(backend, sel.placement, sel.request, world)
+        self.executor.connect([c.program for c in sel.candidates], extra=tuple(f.slice for f in job.faults if f and f.slice))
+        self.texts = [c.program.text(sel.placement) for c in sel.candidates]
+        self.width = max(len(t) for t in self.texts) + 8
+
+    def check_all(self, count: int, faults: tuple[Fault | None, ...]) -> list[int]:
+        """Run every candidate once on the check data (with its fault, if any); its mismatches, summed over ranks."""
+        data = self.data(self.collective, self.group, count, self.world.Get_size())
+        buffers = Buffers(self.backend, self.collective, count, self.group.size, data.dtype)
+        self.backend.upload(data.input(), buffers.get(Role.SEND))
+        expected = data.expected()
+        wrong = []
+        for cand, fault in zip(self.job.selection.candidates, faults):
+            compiled = self.executor.compile(cand.program, buffers, fault)
+            buffers.poison(data.poison)
+            compiled.run()
+            self.backend.synchronize()
+            wrong.append(mismatches(self.backend.download(buffers.get(Role.RECV)), expected, self.world))
+        return wrong
+
+    def show(self, line: str) -> None:
+        """Print `line` on rank 0."""
+        if self.world.Get_rank() == 0:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        """Free the communicators."""
+        self.executor.close()
+
+
+def sweep(job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory = tagged_data) -> list[Result]:
+    """Check, run and time every program at every size; rank 0 prints the table as it goes."""
     sel = job.selection
-    placement, request, collective = sel.placement, sel.request, sel.request.collective
-    rank = world.Get_rank()
-    group = reduction_group(placement, request, rank)
-    size = len(group.members)
-    period = rank_period(size, world.Get_size())
-    executor = Executor(backend, placement, request, world)
-    executor.connect([c.program for c in sel.candidates])
-    texts = [c.program.text(placement) for c in sel.candidates]
-    width = max(len(t) for t in texts) + 8
-    show = rank == 0
-    if show:
-        for line in _preamble(job, backend, world, size):
-            print(line)
-        print(table_header(width), flush=True)
+    runner = Runner(job, backend, world, data)
+    collective, group, width = runner.collective, runner.group, runner.width
+    for line in _preamble(job, backend, world, group.size):
+        runner.show(line)
+    runner.show(table_header(width))
+    show = world.Get_rank() == 0
     console = Console(stderr=True, force_terminal=job.progress or None)
     runs = len(job.sizes) * len(sel.candidates)
     results: list[Result] = []
@@ -159,40 +238,72 @@ def sweep(job: Job, backend: Backend, world: MPI.Intracomm) -> list[Result]:
     with Progress(console=console, transient=True, auto_refresh=False, disable=not enabled) as progress:
         task = progress.add_task("runs", total=runs)
         for nbytes in job.sizes:
-            count = element_count(nbytes, size)
-            buffers = Buffers(backend, collective, count, size)
-            backend.upload(input_values(collective, group, rank, count, period), buffers.get(Role.SEND))
-            expected = expected_values(collective, group, count, period)
+            count = element_count(nbytes, group.size)
+            wrongs = runner.check_all(count, (None,) * len(sel.candidates))
+            buffers = Buffers(backend, collective, count, group.size)
+            backend.upload(timed_input(collective, group, count), buffers.get(Role.SEND))
+            expected = timed_expected(collective, group)
             default_time = None
-            for cand, text in zip(sel.candidates, texts):
-                compiled = executor.compile(cand.program, buffers)
-                wrong = check(compiled, buffers, expected, world)
+            for cand, text, wrong in zip(sel.candidates, runner.texts, wrongs):
+                compiled = runner.executor.compile(cand.program, buffers)
+                buffers.poison(float("nan"))
                 timing = time_runs(compiled.run, backend.synchronize, world, job.config)
+                wrong_timed = mismatches(backend.download(buffers.get(Role.RECV)), expected, world)
                 default_time = default_time or timing.time_s
                 result = make_result(
                     placement=sel.index, is_default=cand.is_default, position=cand.position, nbytes=count * ITEMSIZE,
-                    count=count, program=cand.program.to_json(placement), text=text, predicted_s=cand.cost_s,
+                    count=count, program=cand.program.to_json(sel.placement), text=text, predicted_s=cand.cost_s,
                     time_s=timing.time_s, time_mean_s=timing.mean_s, repeats_s=timing.repeats_s,
-                    collective=collective, group_size=size, default_time_s=default_time, wrong=wrong,
-                    transposes=compiled.transposes,
+                    collective=collective, group_size=group.size, default_time_s=default_time, wrong=wrong,
+                    wrong_timed=wrong_timed, transposes=compiled.transposes,
                 )
                 results.append(result)
-                if show:
-                    print(table_row(result, width), flush=True)
+                runner.show(table_row(result, width))
                 progress.update(task, advance=1, refresh=True)
             del buffers
-    executor.close()
-    if show:
-        for line in table_footer(results):
-            print(line, flush=True)
+    runner.close()
+    for line in table_footer(results):
+        runner.show(line)
     return results
 
 
-def check(compiled: CompiledProgram, buffers: Buffers, expected: np.ndarray | None, world: MPI.Intracomm) -> int:
-    """Run once on NaN-filled buffers and count the mismatching elements, summed over ranks (collective)."""
-    buffers.poison()
-    compiled.run()
-    out = buffers.backend.download(buffers.get(Role.RECV))
+def inject_sweep(job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory = tagged_data) -> list[InjectResult]:
+    """Run every program once per size with the job's fault (where it applies) and check it; nothing is timed."""
+    sel = job.selection
+    runner = Runner(job, backend, world, data)
+    for line in _preamble(job, backend, world, runner.group.size):
+        runner.show(line)
+    runner.show(inject_header(runner.width))
+    plans = [plan_layout(sel.placement, sel.request, c.program) for c in sel.candidates]
+    sites = [None if f is None else f.describe(sel.placement, p) for f, p in zip(job.faults, plans)]
+    results: list[InjectResult] = []
+    for nbytes in job.sizes:
+        count = element_count(nbytes, runner.group.size)
+        wrongs = runner.check_all(count, job.faults)
+        for cand, text, site, wrong in zip(sel.candidates, runner.texts, sites, wrongs):
+            result = InjectResult(
+                placement=sel.index, is_default=cand.is_default, position=cand.position, bytes=count * ITEMSIZE, count=count,
+                program=cand.program.to_json(sel.placement), text=text, fault=site, wrong=wrong, verdict=verdict(site is not None, wrong),
+            )
+            results.append(result)
+            runner.show(inject_row(result, runner.width))
+    runner.close()
+    for line in inject_footer(str(job.inject), results):
+        runner.show(line)
+    return results
+
+
+def inject_status(results: list[InjectResult]) -> int:
+    """Exit status of an --inject run: 4 if the check missed a fault, else 1 if a control was wrong, else 3."""
+    if any(r.verdict is Verdict.MISSED for r in results):
+        return EXIT_MISSED
+    if any(r.verdict is Verdict.NOT_APPLICABLE and r.wrong for r in results):
+        return EXIT_WRONG
+    return EXIT_DETECTED
+
+
+def mismatches(out: np.ndarray, expected: np.ndarray | float | None, world: MPI.Intracomm) -> int:
+    """Elements of `out` that differ from `expected` (None: nothing checked), summed over ranks (collective)."""
     mine = np.array([0 if expected is None else np.count_nonzero(out != expected)], dtype=np.int64)
     total = np.empty_like(mine)
     world.Allreduce(mine, total, op=MPI.SUM)
@@ -200,18 +311,23 @@ def check(compiled: CompiledProgram, buffers: Buffers, expected: np.ndarray | No
 
 
 def _preamble(job: Job, backend: Backend, world: MPI.Intracomm, group_size: int) -> list[str]:
-    """The '#' lines above the table: job, placement, request and timing method."""
+    """The '#' lines above the table: job, placement, request and timing method (or the injected fault)."""
     sel, cfg = job.selection, job.config
     axes = ",".join(sel.placement.axes[a].name for a in sorted(sel.request.axes))
-    return [
+    lines = [
         f"# p2synth runtime: {world.Get_size()} ranks, backend {backend.kind}, {mpi_version()}",
         f"# hierarchy {job.hierarchy_name} ({sel.placement.hierarchy.describe()}), placement {sel.index}: {sel.placement.describe()}",
-        f"# request {sel.request.collective} over {axes} (group of {group_size}); out of place, float32",
+        f"# request {sel.request.collective} over {axes} (group of {group_size}); out of place",
+    ]
+    if job.inject is not None:
+        return lines + [f"# injected fault: {job.inject}, one check run per program on tagged uint64 data, nothing timed"]
+    return lines + [
+        "# check: one run on tagged uint64 data, compared exactly; timed runs: float32 (all ones, output checked)",
         f"# warmup {cfg.warmup}, iters {cfg.iters}, repeats {cfg.repeats}: time = median over repeats of the max over ranks",
     ]
 
 
-def bench_json(job: Job, backend: Backend, world: MPI.Intracomm, results: list[Result]) -> dict:
+def bench_json(job: Job, backend: Backend, world: MPI.Intracomm, results: list[Result] | list[InjectResult]) -> dict:
     """The --out document: the job's setting and one entry per (program, size)."""
     sel = job.selection
     return {
@@ -223,6 +339,7 @@ def bench_json(job: Job, backend: Backend, world: MPI.Intracomm, results: list[R
         "matrix": [list(r) for r in sel.placement.matrix],
         "request": {"axes": [sel.placement.axes[a].name for a in sorted(sel.request.axes)], "collective": str(sel.request.collective)},
         "timing": {"warmup": job.config.warmup, "iters": job.config.iters, "repeats": job.config.repeats},
+        "inject": None if job.inject is None else str(job.inject),
         "results": [r.to_json() for r in results],
     }
 

@@ -1,83 +1,188 @@
-"""Input data and its exact expected results, in closed form.
+"""Input data and its exact expected results, in closed form: a tag in every element.
 
-Every rank fills its input with small integers that depend on its rank and on
-the element index::
+Each program runs twice per size. The *check run* (untimed) works on uint64
+buffers filled with tagged integers and compares every output element with its
+exact expected value; MPI and NCCL sum uint64 modulo 2**64, as numpy does, so
+the expected values are exact whatever the order of the additions. The *timed
+runs* move float32 buffers of exactly the stated bytes, all inputs 1.0, and
+their output is checked too (every element must be the number of summed
+inputs). Both runs use the same element count, so the same chunk boundaries.
 
-    f(rank, i) = 1 + (i mod 31) + 32 * (rank mod p)
+The tag (docs/runtime.md, "Exact check", gives the argument in full). With
+``G`` the reduction group size, ``N`` the world size and ``count`` the message's
+elements, rank ``r`` is at position ``p(r)`` of reduction group ``g(r)``
+(``0 .. N/G - 1``). Every input element has a *message index* ``j``: element
+``e`` of the input, or ``p(r) * chunk + e`` for all_gather (a rank's input is its
+chunk of the gathered message); its *global index* is ``J = g(r) * count + j``,
+and its value is::
 
-with the rank period ``p`` chosen so that a sum over a whole reduction group
-stays below 2**24 and is therefore exact in float32 (whatever the order of the
-additions). The sum over a group is then, in closed form,
-``G * (1 + i mod 31) + 32 * sum(rank mod p for rank in group)``.
+    x(r, e) = (J + 1) + 2**B * t(r)    (mod 2**64)
 
-Chunk order is the canonical one (DESIGN.md section 3): chunk ``k`` of the
-buffer belongs to the group member whose reduced coordinate, read as a
-mixed-radix number over the reduced cells in cell order, is ``k``.
+with ``B = bit_length(2**SPARE_BITS * N * count)`` and ``t(r)`` a fixed
+pseudo-random 64-bit number per rank (splitmix64). The low ``B`` bits, the
+*index field*, of a sum of ``n`` inputs hold the sum of their ``J + 1``, with no
+carry while ``n <= 2**SPARE_BITS * G``; the high bits, the *rank field*, hold
+the sum of their ``t`` (mod ``2**(64 - B)``). An expected element is the sum of
+``n`` inputs at one global index (``n = G`` for all_reduce, reduce_scatter and
+reduce, 1 for all_gather and broadcast), so:
+
+* its index field ``n (J + 1)`` differs from that of every other expected
+  element of the run, on any rank, unless both are the same element of the same
+  group (the collective's intent); a misplaced element, chunk or block, or one
+  from another group, lands with the wrong index field;
+* a dropped or doubled contribution changes the index field by the sum of its
+  ``J + 1`` (at least 1);
+* what keeps the index field (another set of ranks of the same size at the same
+  index) changes the rank field unless a sum of pseudo-random tags collides
+  (about one chance in ``2**(64 - B)``, and ``64 - B >= MIN_RANK_BITS``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import product
+from typing import Protocol
 
 import numpy as np
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
 
-DTYPE = np.float32
-ITEMSIZE = np.dtype(DTYPE).itemsize
-EXACT_LIMIT = 2**24  # float32 represents every integer up to here
-INDEX_PERIOD = 31
-RANK_STRIDE = 32  # > INDEX_PERIOD, so rank and index terms never blur
+DTYPE = np.dtype(np.float32)  # the timed runs' elements
+ITEMSIZE = DTYPE.itemsize
+CHECK_DTYPE = np.dtype(np.uint64)  # the check run's elements
+SPARE_BITS = 4  # the index field stays exact for sums of up to 2**SPARE_BITS * G inputs
+MIN_RANK_BITS = 16  # the rank field keeps at least this many bits
+MASK = (1 << 64) - 1
+SUMMING = frozenset({Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE})
 
 
 @dataclass(frozen=True)
 class Group:
-    """A rank's reduction group: its members in chunk order, and the rank's own position."""
+    """A rank's reduction group: members in chunk order, the rank's position, and which group it is."""
 
     members: tuple[int, ...]
     position: int
+    index: int  # 0 .. number of reduction groups - 1
 
     @property
     def root(self) -> int:
         """The member with reduced coordinate 0."""
         return self.members[0]
 
+    @property
+    def rank(self) -> int:
+        """The rank this group was made for."""
+        return self.members[self.position]
+
+    @property
+    def size(self) -> int:
+        """Number of members."""
+        return len(self.members)
+
 
 def reduction_group(placement: Placement, request: Request, rank: int) -> Group:
     """The reduction group of `rank`, members ordered by their reduced coordinate."""
     cells = request.reduced_cells(placement)
-    digits = placement.digits(rank)
-    members = tuple(
-        placement.rank_of_digits({**digits, **dict(zip(cells, chunk))})
-        for chunk in product(*(range(placement.factor(c)) for c in cells))
-    )
-    return Group(members, members.index(rank))
+    return Group(placement.group(rank, cells), placement.position(rank, cells), placement.group_index(rank, cells))
 
 
-def rank_period(group_size: int, world_size: int) -> int:
-    """The rank period ``p`` that keeps every group sum exact in float32.
-
-    Raises ValueError for groups so large that even ``p = 1`` overflows.
-    """
-    period = min(world_size, EXACT_LIMIT // (RANK_STRIDE * group_size))
-    if period < 1:
-        raise ValueError(f"a reduction group of {group_size} devices is too large for an exact float32 check")
-    return period
+def rank_tag(rank: int) -> int:
+    """``t(rank)``: splitmix64 of the rank, a fixed pseudo-random 64-bit number."""
+    z = (rank + 0x9E3779B97F4A7C15) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
 
 
-def values(rank: int, count: int, period: int) -> np.ndarray:
-    """``f(rank, i)`` for ``i`` in ``0..count-1``."""
-    i = np.arange(count, dtype=np.int64)
-    return (1 + i % INDEX_PERIOD + RANK_STRIDE * (rank % period)).astype(DTYPE)
+def index_bits(world_size: int, count: int) -> int:
+    """``B``, the width of the index field; ValueError when too little is left for the rank field."""
+    bits = ((1 << SPARE_BITS) * world_size * count).bit_length()
+    if bits > 64 - MIN_RANK_BITS:
+        most = ((1 << (64 - MIN_RANK_BITS)) - 1) // ((1 << SPARE_BITS) * world_size)
+        raise ValueError(f"a message of {count} elements on {world_size} ranks is too large for the exact check; use at most {most} elements")
+    return bits
 
 
-def group_sum(group: Group, start: int, count: int, period: int) -> np.ndarray:
-    """Elements ``start..start+count-1`` of the sum of the group's inputs, in closed form."""
-    i = np.arange(start, start + count, dtype=np.int64)
-    rank_term = RANK_STRIDE * sum(r % period for r in group.members)
-    return (len(group.members) * (1 + i % INDEX_PERIOD) + rank_term).astype(DTYPE)
+class CheckData(Protocol):
+    """One rank's data for a check run: its input and what its receive buffer must hold afterwards."""
+
+    dtype: np.dtype
+    poison: int | float  # what unwritten buffers hold; no expected element equals it
+
+    def input(self) -> np.ndarray:
+        """What this rank puts in its send buffer."""
+
+    def expected(self) -> np.ndarray | None:
+        """What this rank's receive buffer must hold afterwards; None where nothing is checked."""
+
+
+@dataclass(frozen=True)
+class TaggedData:
+    """The tagged uint64 data of one rank for one collective and message (see the module docstring)."""
+
+    collective: Collective
+    group: Group
+    count: int
+    world_size: int
+    dtype = CHECK_DTYPE
+    poison = 0  # index field 0: every expected element has an index field of at least 1
+
+    @property
+    def chunk(self) -> int:
+        """Elements per chunk."""
+        return self.count // self.group.size
+
+    def _values(self, start: int, stop: int, tags: int, n: int) -> np.ndarray:
+        """``n (J + 1) + 2**B tags`` (mod 2**64) for message indices ``start .. stop-1`` of this group."""
+        low = self.group.index * self.count + 1 + start
+        j = np.arange(stop - start, dtype=CHECK_DTYPE)
+        base = (n * low + (tags << index_bits(self.world_size, self.count))) & MASK
+        return j * np.uint64(n) + np.uint64(base)
+
+    def input(self) -> np.ndarray:
+        """``x(rank, e)`` for every element of this rank's send buffer."""
+        tag = rank_tag(self.group.rank)
+        if self.collective is Collective.ALL_GATHER:
+            start = self.group.position * self.chunk
+            return self._values(start, start + self.chunk, tag, 1)
+        return self._values(0, self.count, tag, 1)
+
+    def expected(self) -> np.ndarray | None:
+        """The exact output of this rank: the group sum, its chunk of it, the owners' chunks or the root's input.
+
+        Only the root is checked after a reduce (the others' buffers are undefined).
+        """
+        group, col = self.group, self.collective
+        if col in SUMMING:
+            tags = sum(rank_tag(m) for m in group.members)
+            if col is Collective.REDUCE_SCATTER:
+                start = group.position * self.chunk
+                return self._values(start, start + self.chunk, tags, group.size)
+            if col is Collective.REDUCE and group.position != 0:
+                return None
+            return self._values(0, self.count, tags, group.size)
+        if col is Collective.ALL_GATHER:
+            return np.concatenate([self._values(k * self.chunk, (k + 1) * self.chunk, rank_tag(m), 1) for k, m in enumerate(group.members)])
+        return self._values(0, self.count, rank_tag(group.root), 1)  # broadcast
+
+
+DataFactory = Callable[[Collective, Group, int, int], CheckData]
+"""Makes a rank's CheckData from (collective, its group, element count, world size)."""
+
+tagged_data: DataFactory = TaggedData
+
+
+def timed_input(collective: Collective, group: Group, count: int) -> np.ndarray:
+    """The timed runs' float32 input: all ones (the data's values do not change the bytes moved)."""
+    return np.ones(send_count(collective, count, group.size), dtype=DTYPE)
+
+
+def timed_expected(collective: Collective, group: Group) -> float | None:
+    """Every element of the timed runs' output: the number of summed inputs; None where nothing is checked."""
+    if collective is Collective.REDUCE and group.position != 0:
+        return None
+    return float(group.size) if collective in SUMMING else 1.0
 
 
 def send_count(collective: Collective, count: int, group_size: int) -> int:
@@ -88,29 +193,6 @@ def send_count(collective: Collective, count: int, group_size: int) -> int:
 def recv_count(collective: Collective, count: int, group_size: int) -> int:
     """Elements of a rank's output: one chunk for reduce_scatter, else the whole message."""
     return count // group_size if collective is Collective.REDUCE_SCATTER else count
-
-
-def input_values(collective: Collective, group: Group, rank: int, count: int, period: int) -> np.ndarray:
-    """What `rank` puts in its send buffer for a message of `count` elements."""
-    return values(rank, send_count(collective, count, len(group.members)), period)
-
-
-def expected_values(collective: Collective, group: Group, count: int, period: int) -> np.ndarray | None:
-    """What this rank's receive buffer must hold afterwards; None where nothing is checked.
-
-    Only the root is checked after a reduce (the others' buffers are undefined).
-    """
-    size = len(group.members)
-    chunk = count // size
-    if collective is Collective.ALL_REDUCE:
-        return group_sum(group, 0, count, period)
-    if collective is Collective.REDUCE:
-        return group_sum(group, 0, count, period) if group.position == 0 else None
-    if collective is Collective.REDUCE_SCATTER:
-        return group_sum(group, group.position * chunk, chunk, period)
-    if collective is Collective.ALL_GATHER:
-        return np.concatenate([values(owner, chunk, period) for owner in group.members])
-    return values(group.root, count, period)  # broadcast
 
 
 def element_count(nbytes: int, group_size: int) -> int:

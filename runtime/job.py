@@ -21,6 +21,8 @@ from mpi4py import MPI
 EXIT_OK = 0
 EXIT_WRONG = 1  # a result failed the exact check (or a rank crashed)
 EXIT_USAGE = 2  # bad arguments, bad plan, or backend unavailable
+EXIT_DETECTED = 3  # --inject: the fault struck and the check caught it in every run it struck
+EXIT_MISSED = 4  # --inject: the fault struck some run and the check did not see it
 
 
 def mpi_version() -> str:

@@ -12,8 +12,10 @@ normalisation; compare programs by time.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import Enum
 
 from hierarchies.program import Collective
+
 
 def bus_factor(collective: Collective, n: int) -> float:
     """nccl-tests' bus bandwidth factor of `collective` over `n` ranks."""
@@ -42,7 +44,8 @@ class Result:
     algbw_GBps: float
     busbw_GBps: float
     speedup: float
-    wrong: int
+    wrong: int  # mismatches of the check run (tagged uint64 data), summed over ranks
+    wrong_timed: int  # mismatches in the timed runs' float32 output, summed over ranks
     transposes: int
 
     @property
@@ -60,13 +63,13 @@ class Result:
 def make_result(
     *, placement: int, is_default: bool, position: int | None, nbytes: int, count: int, program: dict, text: str,
     predicted_s: float | None, time_s: float, time_mean_s: float, repeats_s: tuple[float, ...],
-    collective: Collective, group_size: int, default_time_s: float, wrong: int, transposes: int,
+    collective: Collective, group_size: int, default_time_s: float, wrong: int, wrong_timed: int, transposes: int,
 ) -> Result:
     """A Result with algbw, busbw and the speedup over the default filled in."""
     algbw = nbytes / time_s / 1e9
     return Result(
         placement, is_default, position, nbytes, count, program, text, predicted_s, time_s, time_mean_s, repeats_s,
-        algbw, algbw * bus_factor(collective, group_size), default_time_s / time_s, wrong, transposes,
+        algbw, algbw * bus_factor(collective, group_size), default_time_s / time_s, wrong, wrong_timed, transposes,
     )
 
 
@@ -82,15 +85,84 @@ def table_row(result: Result, label_width: int) -> str:
     """One table line for `result`."""
     return (
         f"{result.bytes:>12} {result.count:>12}  {result.label:<{label_width}} {result.time_s * 1e6:>11.1f} "
-        f"{result.algbw_GBps:>11.3f} {result.busbw_GBps:>11.3f} {result.speedup:>11.2f} {result.wrong:>11}"
+        f"{result.algbw_GBps:>11.3f} {result.busbw_GBps:>11.3f} {result.speedup:>11.2f} {result.wrong + result.wrong_timed:>11}"
     )
 
 
 def table_footer(results: list[Result]) -> list[str]:
     """The closing lines: wrong values (OK/FAILED) and the mean bus bandwidth, as nccl-tests ends."""
-    wrong = sum(r.wrong for r in results)
+    wrong = sum(r.wrong + r.wrong_timed for r in results)
     mean_busbw = sum(r.busbw_GBps for r in results) / len(results) if results else 0.0
     return [
         f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
         f"# Avg bus bandwidth    : {mean_busbw:.3f}",
+    ]
+
+
+class Verdict(str, Enum):
+    """What an injected fault came to in one program."""
+
+    DETECTED = "detected"  # the fault struck and the check found wrong elements
+    MISSED = "missed"  # the fault struck and the check found nothing: the checker failed
+    NOT_APPLICABLE = "not applicable"  # the kind has nowhere to strike: the program ran as a control
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class InjectResult:
+    """One (program, size) run with an injected fault; the JSON entry of ``--inject`` output."""
+
+    placement: int
+    is_default: bool
+    position: int | None
+    bytes: int
+    count: int
+    program: dict
+    text: str
+    fault: str | None  # where the fault struck, in words; None when not applicable
+    wrong: int
+    verdict: Verdict
+
+    @property
+    def label(self) -> str:
+        """``default <program>`` or ``#<index in the plan> <program>``."""
+        return f"{'default' if self.is_default else f'#{self.position}'} {self.text}"
+
+    def to_json(self) -> dict:
+        """The entry as written to the bench JSON."""
+        return {**asdict(self), "verdict": self.verdict.value}
+
+
+def verdict(applicable: bool, wrong: int) -> Verdict:
+    """The verdict of a run: a fault that struck is detected iff some element is wrong."""
+    if not applicable:
+        return Verdict.NOT_APPLICABLE
+    return Verdict.DETECTED if wrong else Verdict.MISSED
+
+
+def inject_header(label_width: int) -> str:
+    """The column header of an ``--inject`` table."""
+    return f"#{COLUMNS[0]:>11} {COLUMNS[1]:>12}  {'program':<{label_width}} {'#wrong':>11}  {'verdict':<15} fault"
+
+
+def inject_row(result: InjectResult, label_width: int) -> str:
+    """One line of an ``--inject`` table."""
+    return (
+        f"{result.bytes:>12} {result.count:>12}  {result.label:<{label_width}} {result.wrong:>11}  "
+        f"{result.verdict.value:<15} {result.fault or '-'}"
+    )
+
+
+def inject_footer(kind: str, results: list[InjectResult]) -> list[str]:
+    """The closing line: how many struck programs were caught, and whether the controls were exact."""
+    struck = [r for r in results if r.verdict is not Verdict.NOT_APPLICABLE]
+    caught = sum(r.verdict is Verdict.DETECTED for r in struck)
+    controls = [r for r in results if r.verdict is Verdict.NOT_APPLICABLE]
+    bad_controls = sum(r.wrong > 0 for r in controls)
+    state = "OK" if caught == len(struck) and not bad_controls else "FAILED"
+    return [
+        f"# Injected {kind}: detected in {caught} of {len(struck)} runs it struck; "
+        f"{len(controls)} not applicable, {bad_controls} of them wrong: {state}",
     ]

@@ -12,7 +12,9 @@ repeats of the max over ranks, and ``ratio = direct time / runtime time``
 (the runtime's throughput relative to the direct call; goal >= 0.95 from 1 MiB),
 and ``paired``, the median over repeats of the same ratio taken repeat by
 repeat (each pair ran back to back, so it is less exposed to a noisy machine).
-Both results are checked exactly. Exit status 1 if a check fails.
+Both contenders are checked exactly, once on the tagged uint64 data of
+runtime/data.py and once on the timed float32 buffers. Exit status 1 if a
+check fails.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from mpi4py import MPI
 
 from hierarchies import Axis, Collective, Hierarchy, Placement, Request, default_program
 from runtime.backends import NumpyBackend
-from runtime.data import ITEMSIZE, element_count, expected_values, input_values, rank_period, reduction_group
+from runtime.data import ITEMSIZE, element_count, reduction_group, tagged_data, timed_expected, timed_input
 from runtime.executor import Buffers, Executor
 from runtime.job import EXIT_OK, EXIT_WRONG, mpi_version, run_guarded
 from runtime.layout import Role
@@ -70,7 +72,6 @@ def compare(args: argparse.Namespace, world: MPI.Intracomm) -> int:
     comm = executor.communicator(program.steps[0].slice)
     rank, size = world.Get_rank(), world.Get_size()
     group = reduction_group(placement, request, rank)
-    period = rank_period(size, size)
     rows, wrong = [], 0
     if rank == 0:
         print(f"# runtime flat all_reduce vs direct Allreduce, {size} ranks, {placement.hierarchy.describe()}, "
@@ -78,17 +79,20 @@ def compare(args: argparse.Namespace, world: MPI.Intracomm) -> int:
         print(f"#{'size(B)':>11} {'runtime(us)':>12} {'direct(us)':>12} {'rt algbw':>10} {'mpi algbw':>10} {'ratio':>7} {'paired':>7}", flush=True)
     for nbytes in args.bytes:
         count = element_count(nbytes, size)
-        buffers = Buffers(backend, Collective.ALL_REDUCE, count, size)
-        send, recv = buffers.get(Role.SEND), buffers.get(Role.RECV)
-        backend.upload(input_values(Collective.ALL_REDUCE, group, rank, count, period), send)
-        expected = expected_values(Collective.ALL_REDUCE, group, count, period)
-        runtime = executor.compile(program, buffers).run
-        direct = partial(comm.Allreduce, send, recv, op=MPI.SUM)
-        contenders = (runtime, direct)
+        data = tagged_data(Collective.ALL_REDUCE, group, count, size)
+        for dtype, values, expected, poison in (
+            (data.dtype, data.input(), data.expected(), data.poison),
+            (np.dtype(np.float32), timed_input(Collective.ALL_REDUCE, group, count), timed_expected(Collective.ALL_REDUCE, group), float("nan")),
+        ):  # the check buffers first, then the timed ones (which stay for the timing below)
+            buffers = Buffers(backend, Collective.ALL_REDUCE, count, size, dtype)
+            send, recv = buffers.get(Role.SEND), buffers.get(Role.RECV)
+            backend.upload(values, send)
+            contenders = (executor.compile(program, buffers).run, partial(comm.Allreduce, send, recv, op=MPI.SUM))
+            for run in contenders:
+                buffers.poison(poison)
+                run()
+                wrong += int(np.count_nonzero(recv != expected))
         for run in contenders:
-            buffers.poison()
-            run()
-            wrong += int(np.count_nonzero(recv != expected))
             for _ in range(args.warmup):
                 run()
         times: tuple[list[float], list[float]] = ([], [])

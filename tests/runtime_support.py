@@ -36,6 +36,28 @@ MPI_ENV = {
 SEVERAL = "import shlex, sys; from runtime.bench import main; sys.exit(max(main(shlex.split(a)) for a in sys.argv[1:]))"
 
 
+def bench_once(setup: str = "", data: str = "") -> str:
+    """A python -c program: run `setup` (statements), then runtime.bench once on the command line in argv[1].
+
+    `data`, if given, is the check-data factory to use, as ``module:Name`` (e.g. ``scripts.fault_audit:OldPattern``).
+    """
+    use = ""
+    if data:
+        module, name = data.split(":")
+        use, data = f"from {module} import {name}; ", f", data={name}"
+    return f"import shlex, sys; {setup}{use}from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1]){data}))"
+
+
+# Setup for bench_once: every program passes the concrete checker, so a wrong one reaches the runtime's check.
+NO_CHECKER = "import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
+
+# The same, but rank 0 prints the list of exit statuses as JSON (one per command line) and the job exits 0.
+EACH = (
+    "import json, shlex, sys; from mpi4py import MPI; from runtime.bench import main; "
+    "codes = [main(shlex.split(a)) for a in sys.argv[1:]]; MPI.COMM_WORLD.Get_rank() == 0 and print(json.dumps(codes))"
+)
+
+
 def gpu_count() -> int:
     """CUDA devices usable by the cupy backend (0 without CuPy, a CUDA driver or NCCL)."""
     try:
@@ -121,6 +143,36 @@ def request_of(placement: Placement, axes: list[str], collective: Collective) ->
     """The request over the named axes."""
     names = [a.name for a in placement.axes]
     return Request(frozenset(names.index(a) for a in axes), collective)
+
+
+def cpu_2x4() -> Placement:
+    """The core's small example: examples/cpu-2x4.json (2 nodes x 4 cores, data = 8)."""
+    spec = json.loads((ROOT / "examples" / "cpu-2x4.json").read_text())
+    return Placement(Hierarchy.model_validate(spec["hierarchy"]), tuple(Axis(**a) for a in spec["axes"]), ((2, 4),))
+
+
+SMALL = placement_of([("node", 2), ("core", 2)], [("data", 4)], [[2, 2]])
+
+# The small cases every runtime test runs all programs of. name: (placement, reduced axes, max steps)
+CASES = {
+    "4-ranks-data": (SMALL, ["data"], 4),
+    "4-ranks-model-of-two-axes": (placement_of([("node", 2), ("core", 2)], [("data", 2), ("model", 2)], [[1, 2], [2, 1]]), ["model"], 3),
+    "8-ranks-cpu-2x4": (cpu_2x4(), ["data"], 4),
+    "8-ranks-data-of-two-axes": (placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]]), ["data"], 4),
+    "8-ranks-both-axes": (placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]]), ["data", "model"], 3),
+    "8-ranks-three-levels": (placement_of([("node", 2), ("socket", 2), ("core", 2)], [("data", 8)], [[2, 2, 2]]), ["data"], 3),
+}
+
+
+def case_plans(case: str, folder: Path) -> dict[Collective, tuple[Path, Placement, Request, list[Program]]]:
+    """For every collective: the plan file of CASES[case] with all its programs (written into `folder`), and what it holds."""
+    placement, axes, max_steps = CASES[case]
+    out = {}
+    for collective in Collective:
+        request = request_of(placement, axes, collective)
+        programs = all_programs(placement, request, max_steps)
+        out[collective] = (write_plan(folder / f"{case}-{collective.value}.json", placement, request, programs), placement, request, programs)
+    return out
 
 
 def testbed_skip_reason() -> str | None:

@@ -35,4 +35,4 @@ def test_cupy_backend_runs_every_program_exactly(ranks, tmp_path):
     for collective in Collective:
         doc = json.loads((tmp_path / f"{collective.value}.out").read_text())
         assert doc["backend"] == "cupy"
-        assert [r["wrong"] for r in doc["results"]] == [0] * len(doc["results"])
+        assert [(r["wrong"], r["wrong_timed"]) for r in doc["results"]] == [(0, 0)] * len(doc["results"])

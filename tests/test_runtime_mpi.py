@@ -7,37 +7,35 @@ subprocess with a hard timeout. To keep launches few, a job may run
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from hierarchies import Axis, Collective, Hierarchy, Placement, Program, default_program
-from tests.runtime_support import SEVERAL, ROOT, all_programs, find_mpiexec, gpu_count, placement_of, request_of, run_mpi, write_plan
+from hierarchies import Collective, Program, default_program
+from tests.runtime_support import (
+    CASES,
+    MPI_ENV,
+    NO_CHECKER,
+    ROOT,
+    SEVERAL,
+    SMALL,
+    all_programs,
+    bench_once,
+    cpu_2x4,
+    find_mpiexec,
+    gpu_count,
+    placement_of,
+    request_of,
+    run_mpi,
+    write_plan,
+)
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")]
 
 QUICK = "--top all --bytes 1000 --warmup 0 --iters 1 --repeats 1"
-
-
-def cpu_2x4() -> Placement:
-    """The core's small example: examples/cpu-2x4.json (2 nodes x 4 cores, data = 8)."""
-    spec = json.loads((ROOT / "examples" / "cpu-2x4.json").read_text())
-    return Placement(Hierarchy.model_validate(spec["hierarchy"]), tuple(Axis(**a) for a in spec["axes"]), ((2, 4),))
-
-
-SMALL = placement_of([("node", 2), ("core", 2)], [("data", 4)], [[2, 2]])
-
-# name: (placement, reduced axes, max steps)
-CASES = {
-    "4-ranks-data": (SMALL, ["data"], 4),
-    "4-ranks-model-of-two-axes": (placement_of([("node", 2), ("core", 2)], [("data", 2), ("model", 2)], [[1, 2], [2, 1]]), ["model"], 3),
-    "8-ranks-cpu-2x4": (cpu_2x4(), ["data"], 4),
-    "8-ranks-data-of-two-axes": (placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]]), ["data"], 4),
-    "8-ranks-both-axes": (placement_of([("node", 2), ("core", 4)], [("data", 4), ("model", 2)], [[2, 2], [1, 2]]), ["data", "model"], 3),
-    "8-ranks-three-levels": (placement_of([("node", 2), ("socket", 2), ("core", 2)], [("data", 8)], [[2, 2, 2]]), ["data"], 3),
-}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -58,7 +56,7 @@ def test_every_program_of_every_collective_is_exact(case, tmp_path):
         results = json.loads(out.read_text())["results"]
         ran = {Program.from_json(r["program"], placement) for r in results}
         assert ran == programs and len(results) == len(programs)
-        assert [r["wrong"] for r in results] == [0] * len(results)
+        assert [(r["wrong"], r["wrong_timed"]) for r in results] == [(0, 0)] * len(results)
         assert results[0]["is_default"]
         assert {r["count"] for r in results} == {250 // group * group}  # 1000 bytes, rounded to whole chunks
 
@@ -129,7 +127,7 @@ for name, program in cases.items():
     bufs = Buffers(ex.backend, collective, 8, 4)
     send = bufs.get(Role.SEND)
     send[:] = 100 * world.rank + np.arange(send.size)
-    bufs.poison()
+    bufs.poison(float("nan"))
     ex.compile(program, bufs).run()
     out[name] = bufs.get(Role.RECV).tolist()
     ex.close()
@@ -149,12 +147,6 @@ def test_known_values_through_the_executor():
         assert by_rank[r]["broadcast"] == list(range(8))  # the root's (rank 0's) input
 
 
-CORRUPT = (
-    "import shlex, sys; import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
-    "from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1])))"
-)
-
-
 def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
     plan = write_plan(tmp_path / "plan.json", SMALL, request, [default_program(SMALL, request)])
@@ -167,7 +159,7 @@ def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
     ]
     plan.write_text(json.dumps(data))
     out = tmp_path / "out.json"
-    job = run_mpi(4, ["-c", CORRUPT, f"{plan} {QUICK} --out {out}"], timeout=90)
+    job = run_mpi(4, ["-c", bench_once(NO_CHECKER), f"{plan} {QUICK} --out {out}"], timeout=90)
     assert job.returncode == 1, job.stderr
     assert "Out of bounds values" in job.stdout and "FAILED" in job.stdout
     wrong = [r["wrong"] for r in json.loads(out.read_text())["results"]]
@@ -210,7 +202,8 @@ def test_bad_arguments_give_one_line_each(tmp_path):
     data["placements"][0]["programs"][1] = {"steps": [{"op": "all_reduce", "slice": [["data", "core"]]}]}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
-    calls = [f"{good} --placement 5", f"{bad} --top 3", f"{good} --bytes 3x", f"{tmp_path / 'none.json'}", f"{good} --bytes 8"]
+    calls = [f"{good} --placement 5", f"{bad} --top 3", f"{good} --bytes 3x", f"{tmp_path / 'none.json'}", f"{good} --bytes 8",
+             f"{good} --inject bogus", f"{good} --top 0 --inject skip-repack"]
     job = run_mpi(4, ["-c", SEVERAL, *calls], timeout=90)
     assert job.returncode == 2
     assert _errors(job.stderr) == [
@@ -219,6 +212,9 @@ def test_bad_arguments_give_one_line_each(tmp_path):
         "error: argument --bytes: bad size '3x': expected e.g. 4096, 64K, 1M or 2G",
         f"error: cannot read plan {tmp_path / 'none.json'}: No such file or directory",
         "error: 8 bytes is less than one float32 per chunk for 4 chunks",
+        "error: argument --inject: invalid FaultKind value: 'bogus'",
+        "error: --inject skip-repack applies to none of the 1 selected program(s): it needs a local repack; "
+        "choose another kind, or more programs (--top all)",
     ]
 
 
@@ -240,3 +236,41 @@ def test_cupy_backend_reports_unavailable(tmp_path):
     assert job.returncode == 2
     errors = _errors(job.stderr)
     assert len(errors) == 1 and errors[0].startswith("error: cupy backend unavailable: ")
+
+
+NO_SOLVER = bench_once("sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); ")
+
+
+def test_the_runtime_needs_neither_z3_nor_the_solver(tmp_path):
+    """With z3, solver and the encodings blocked (importing them raises), --help and a whole run work."""
+    help_ = subprocess.run([sys.executable, "-c", NO_SOLVER, "--help"], cwd=ROOT, env={**os.environ, **MPI_ENV},
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert help_.returncode == 0, help_.stderr
+    assert help_.stdout.startswith("usage: python -m runtime.bench") and "--inject KIND" in help_.stdout
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    programs = all_programs(SMALL, request, 3)
+    plan = write_plan(tmp_path / "plan.json", SMALL, request, programs)
+    out = tmp_path / "out.json"
+    job = run_mpi(4, ["-c", NO_SOLVER, f"{plan} {QUICK} --out {out}"], timeout=90)
+    assert job.returncode == 0, job.stderr
+    results = json.loads(out.read_text())["results"]
+    assert {Program.from_json(r["program"], SMALL) for r in results} == {default_program(SMALL, request), *programs}
+    assert all(r["wrong"] == 0 and r["wrong_timed"] == 0 for r in results)
+
+
+def test_a_one_device_plan_runs_the_collective_over_the_one_member_group(tmp_path):
+    """A request that reduces nothing: the default (no steps) is one real call on a one-member communicator."""
+    placement = placement_of([("gpu", 1)], [("data", 1)], [[1]])
+    calls, outs = [], {}
+    for collective in Collective:
+        request = request_of(placement, ["data"], collective)
+        plan = write_plan(tmp_path / f"{collective.value}.json", placement, request, all_programs(placement, request, 2))
+        outs[collective] = tmp_path / f"{collective.value}.out.json"
+        calls.append(f"{plan} --bytes 4:4K:32 --warmup 0 --iters 1 --repeats 1 --out {outs[collective]}")
+    job = run_mpi(1, ["-c", SEVERAL, *calls], timeout=90)
+    assert job.returncode == 0, job.stderr
+    for collective, out in outs.items():
+        results = json.loads(out.read_text())["results"]
+        assert [(r["bytes"], r["program"], r["wrong"], r["wrong_timed"]) for r in results] == [
+            (4, {"steps": []}, 0, 0), (128, {"steps": []}, 0, 0), (4096, {"steps": []}, 0, 0)]
+        assert all(r["is_default"] for r in results)

@@ -1,0 +1,190 @@
+"""Deliberate faults, to show that the exact check sees them (``runtime.bench --inject KIND``).
+
+A fault strikes one action of a program's layout plan (runtime/layout.py): the
+first action it applies to, the same on every rank, so that every rank still
+makes the same collective calls (a fault never deadlocks the job). The kinds:
+
+* ``swap-chunks``: before the first step at which a rank holds two chunks or
+  more, rank 0 exchanges its first and last held chunk (in the buffer that step
+  reads; the input buffer is restored after the step).
+* ``skip-repack``: the first local repack (a transpose) copies the chunks in
+  the order they are in instead of reordering them, on every rank.
+* ``reverse-blocks``: at the first reduce_scatter or all_gather step, every
+  rank reverses the block order: a reduce_scatter hands member ``j`` the block
+  of member ``k - 1 - j`` (``k`` members), an all_gather stores the blocks last
+  member first.
+* ``drop-contribution``: at the first summing step (all_reduce, reduce_scatter,
+  reduce), rank 0 contributes zeros instead of its data.
+* ``double-contribution``: at the first summing step, rank 0 contributes twice
+  its data.
+* ``wrong-slice``: the first step that has another slice to run over runs over
+  the groups of that slice instead: the first other set of reduced cells whose
+  groups have as many members (required for reduce_scatter and all_gather,
+  whose buffer sizes depend on it), else, for the other collectives, the first
+  other set. Ranks skip or run it by the same rule as a correct step, applied
+  to the slice actually run.
+
+Rank 0 is active at every step and the root of every group, so a fault on it
+always reaches a checked output. A kind that has nowhere to strike in a
+program (no repack, no summing step, a single reduced cell...) is *not
+applicable* to it: the program then runs without a fault, as a control.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from itertools import combinations
+from typing import Any
+
+from hierarchies.placement import Cell, Placement
+from hierarchies.program import Collective, Request
+from runtime.backends import Backend
+from runtime.layout import Exchange, LayoutPlan, Transpose, held_chunks
+
+VICTIM = 0  # the rank that swaps, drops or doubles
+SUMMING_OPS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)
+BLOCK_OPS = (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)
+
+
+class FaultKind(str, Enum):
+    """The faults ``--inject`` can make."""
+
+    SWAP_CHUNKS = "swap-chunks"
+    SKIP_REPACK = "skip-repack"
+    REVERSE_BLOCKS = "reverse-blocks"
+    DROP_CONTRIBUTION = "drop-contribution"
+    DOUBLE_CONTRIBUTION = "double-contribution"
+    WRONG_SLICE = "wrong-slice"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def needs(self) -> str:
+        """What a program must have for this kind to apply, in words."""
+        return _NEEDS[self]
+
+
+_NEEDS = {
+    FaultKind.SWAP_CHUNKS: "a step at which a rank holds two chunks or more",
+    FaultKind.SKIP_REPACK: "a local repack",
+    FaultKind.REVERSE_BLOCKS: "a reduce_scatter or all_gather step",
+    FaultKind.DROP_CONTRIBUTION: "a summing step (all_reduce, reduce_scatter, reduce)",
+    FaultKind.DOUBLE_CONTRIBUTION: "a summing step (all_reduce, reduce_scatter, reduce)",
+    FaultKind.WRONG_SLICE: "a step with another slice to run over (two reduced cells or more)",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: its kind, the index of the plan action it strikes, and (wrong-slice) the slice run instead."""
+
+    kind: FaultKind
+    action: int
+    slice: tuple[Cell, ...] = ()
+
+    def describe(self, placement: Placement, plan: LayoutPlan) -> str:
+        """Where the fault strikes, in words, e.g. ``at RS(data@core): rank 0 drops its contribution``."""
+        action = plan.actions[self.action]
+        where = action.step.text(placement) if isinstance(action, Exchange) else f"repack {self.action + 1}"
+        what = {
+            FaultKind.SWAP_CHUNKS: f"rank {VICTIM} swaps its first and last chunk before it",
+            FaultKind.SKIP_REPACK: "the repack keeps the chunk order",
+            FaultKind.REVERSE_BLOCKS: "block order reversed",
+            FaultKind.DROP_CONTRIBUTION: f"rank {VICTIM} contributes zeros",
+            FaultKind.DOUBLE_CONTRIBUTION: f"rank {VICTIM} contributes twice",
+            FaultKind.WRONG_SLICE: "run over " + ",".join("@".join(placement.cell_name(c)) for c in self.slice),
+        }[self.kind]
+        return f"at {where}: {what}"
+
+
+def place_fault(kind: FaultKind, placement: Placement, request: Request, plan: LayoutPlan) -> Fault | None:
+    """The fault of `kind` for the program laid out by `plan`: at the first action it applies to; None if none."""
+    for index, action in enumerate(plan.actions):
+        if kind is FaultKind.SKIP_REPACK:
+            if isinstance(action, Transpose):
+                return Fault(kind, index)
+            continue
+        if not isinstance(action, Exchange):
+            continue
+        op = action.step.op
+        if kind is FaultKind.SWAP_CHUNKS and held_chunks(placement, action.before) >= 2:
+            return Fault(kind, index)
+        if kind is FaultKind.REVERSE_BLOCKS and op in BLOCK_OPS:
+            return Fault(kind, index)
+        if kind in (FaultKind.DROP_CONTRIBUTION, FaultKind.DOUBLE_CONTRIBUTION) and op in SUMMING_OPS:
+            return Fault(kind, index)
+        if kind is FaultKind.WRONG_SLICE:
+            other = other_slice(placement, request, action.step.slice, op)
+            if other is not None:
+                return Fault(kind, index, other)
+    return None
+
+
+def other_slice(placement: Placement, request: Request, slice_: tuple[Cell, ...], op: Collective) -> tuple[Cell, ...] | None:
+    """The slice a wrong-slice fault runs instead of `slice_`: same group size first; None if there is none."""
+    cells = request.reduced_cells(placement)
+    size = group_size(placement, slice_)
+    others = [s for n in range(1, len(cells) + 1) for s in combinations(cells, n) if s != slice_]
+    same = [s for s in others if group_size(placement, s) == size]
+    if same:
+        return same[0]
+    if op in BLOCK_OPS or not others:
+        return None
+    return others[0]
+
+
+def group_size(placement: Placement, slice_: tuple[Cell, ...]) -> int:
+    """Members of a group under `slice_`."""
+    return math.prod(placement.factor(c) for c in slice_)
+
+
+Call = Callable[[], None]
+
+
+def faulty_exchange(
+    fault: Fault, backend: Backend, call: Callable[[Any, Any], None], src: Any, dst: Any, *,
+    op: Collective, blocks: int, chunk: int, reads_input: bool, rank: int,
+) -> list[Call]:
+    """The calls of one step hit by `fault` on this rank (`call(src, dst)` is the step's collective).
+
+    `blocks` is the step's group size, `chunk` the chunk length in elements,
+    `reads_input` whether `src` is the send buffer (which must survive the run).
+    """
+    kind = fault.kind
+    if kind is FaultKind.REVERSE_BLOCKS:
+        if op is Collective.REDUCE_SCATTER:
+            return [lambda: reverse_blocks(src, blocks), lambda: call(src, dst), lambda: reverse_blocks(src, blocks)]
+        return [lambda: call(src, dst), lambda: reverse_blocks(dst, blocks)]
+    if rank != VICTIM or kind is FaultKind.WRONG_SLICE:
+        return [lambda: call(src, dst)]
+    if kind is FaultKind.SWAP_CHUNKS:
+        swap = lambda: swap_ends(src, chunk)  # noqa: E731
+        return [swap, lambda: call(src, dst)] + ([swap] if reads_input else [])
+    contribution = backend.empty(src.size, src.dtype)
+    if kind is FaultKind.DROP_CONTRIBUTION:
+        backend.fill(contribution, 0)
+        return [lambda: call(contribution, dst)]
+    return [lambda: double_into(contribution, src), lambda: call(contribution, dst)]  # double-contribution
+
+
+def swap_ends(buf: Any, chunk: int) -> None:
+    """Exchange the first and the last `chunk` elements of `buf`, in place."""
+    first = buf[:chunk].copy()
+    buf[:chunk] = buf[-chunk:]
+    buf[-chunk:] = first
+
+
+def reverse_blocks(buf: Any, blocks: int) -> None:
+    """Reverse the order of the `blocks` equal blocks of `buf`, in place."""
+    view = buf.reshape(blocks, -1)
+    view[...] = view[::-1].copy()
+
+
+def double_into(out: Any, src: Any) -> None:
+    """``out = src + src`` (wrapping for integers)."""
+    out[...] = src
+    out += src

@@ -1,0 +1,183 @@
+"""The one-GPU check: CuPy buffer paths, a one-rank NCCL communicator and ``runtime.bench --backend cupy``, all exact.
+
+    python -m scripts.gpu_check [--seed 0]
+
+For a machine with one NVIDIA GPU (device 0 is used; CI has none). It checks,
+against numpy and exactly (bit for bit):
+
+1. buffers: the cupy backend's upload, download, fill and transpose (random
+   shapes and axis orders, on whole buffers and on the prefix views the
+   executor uses), for float32 and uint64 random data;
+2. nccl: a one-rank NCCL communicator (runtime/backends.py ``NcclGroup`` over
+   ``MPI.COMM_SELF``) running each of the five collectives on random float32
+   and uint64 data, out of place and, for the calls the runtime makes in place
+   (all_reduce, reduce, broadcast), in place: on one rank each result is the input;
+3. bench: ``runtime.bench --backend cupy`` in this process (an MPI singleton)
+   on a one-device plan of each collective, whose default is the collective
+   over the one-member reduction group: every check run and timed run exact.
+
+It prints one line: ``gpu_check: ok: ...`` (exit 0) or ``gpu_check: FAILED:
+...`` (exit 1). Without CuPy, a CUDA device or NCCL it prints one ``skipped:
+...`` line and exits 0. It takes seconds (far under the 5 minutes allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from hierarchies import Collective
+from runtime.backends import BackendUnavailable, CupyBackend
+from runtime.data import CHECK_DTYPE, DTYPE
+
+DTYPES = (DTYPE, CHECK_DTYPE)
+IN_PLACE = (Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST)
+TRANSPOSE_TRIALS = 12
+
+
+class CheckFailed(Exception):
+    """One check gave a wrong result."""
+
+
+def random_data(rng: np.random.Generator, dtype: np.dtype, count: int) -> np.ndarray:
+    """`count` random values of `dtype` (every bit pattern of uint64; normal floats)."""
+    if dtype == CHECK_DTYPE:
+        return rng.integers(0, 2**64, size=count, dtype=np.uint64, endpoint=False)
+    return rng.standard_normal(count).astype(dtype)
+
+
+def same(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Raise CheckFailed unless `got` equals `want` bit for bit."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        raise CheckFailed(f"{what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
+    bad = np.count_nonzero(np.any(got.view(np.uint8).reshape(got.size, -1) != want.view(np.uint8).reshape(want.size, -1), axis=1))
+    if bad:
+        raise CheckFailed(f"{what}: {bad} of {got.size} elements differ")
+
+
+def check_buffers(backend: CupyBackend, rng: np.random.Generator) -> int:
+    """Upload/download/fill/transpose against numpy; returns the number of checks passed."""
+    passed = 0
+    for dtype in DTYPES:
+        for trial in range(TRANSPOSE_TRIALS):
+            shape = tuple(int(n) for n in rng.integers(1, 5, size=int(rng.integers(1, 4)))) + (int(rng.integers(1, 300)),)
+            axes = tuple(int(a) for a in rng.permutation(len(shape) - 1)) + (len(shape) - 1,)
+            size = int(np.prod(shape))
+            host = random_data(rng, dtype, size + trial)  # a longer buffer: the executor transposes prefix views
+            src, dst = backend.empty(host.size, dtype), backend.empty(host.size, dtype)
+            backend.upload(host, src)
+            same(backend.download(src), host, f"upload/download {dtype} of {host.size}")
+            backend.fill(dst, 0)
+            backend.transpose(src[:size], dst[:size], shape, axes)
+            backend.synchronize()
+            want = np.concatenate([host[:size].reshape(shape).transpose(axes).ravel(), np.zeros(trial, dtype)])
+            same(backend.download(dst), want, f"transpose {dtype} {shape} by {axes}")
+            passed += 2
+    return passed
+
+
+def check_nccl(backend: CupyBackend, rng: np.random.Generator) -> int:
+    """Each collective on a one-rank NCCL communicator, both dtypes; returns the number of checks passed."""
+    group = backend.group(MPI.COMM_SELF)
+    passed = 0
+    try:
+        for dtype in DTYPES:
+            for collective in Collective:
+                for in_place in (False, True) if collective in IN_PLACE else (False,):
+                    host = random_data(rng, dtype, int(rng.integers(1, 5000)))
+                    src = backend.empty(host.size, dtype)
+                    backend.upload(host, src)
+                    dst = src if in_place else backend.empty(host.size, dtype)
+                    if not in_place:
+                        backend.fill(dst, 0)
+                    getattr(group, collective.value)(src, dst)
+                    backend.synchronize()
+                    where = "in place" if in_place else "out of place"
+                    same(backend.download(dst), host, f"nccl {collective} {dtype} {where} on one rank")
+                    passed += 1
+    finally:
+        group.free()
+    return passed
+
+
+def one_device_plan(collective: Collective) -> dict:
+    """A plan (runtime/plan.py format) for one device: the request's axis has size 1, the default has no steps."""
+    return {
+        "hierarchy": {"name": "one-gpu", "levels": [{"name": "gpu", "count": 1}]},
+        "axes": [{"name": "data", "size": 1}],
+        "request": {"axes": ["data"], "collective": collective.value},
+        "message_bytes": 1 << 20,
+        "placements": [{"matrix": [[1]], "default": {"steps": [], "cost_s": None}, "programs": []}],
+    }
+
+
+def check_bench(folder: Path) -> int:
+    """runtime.bench --backend cupy on the one-device plan of every collective; returns the number of plans exact."""
+    from runtime.bench import main as bench
+
+    for collective in Collective:
+        plan, out = folder / f"{collective.value}.json", folder / f"{collective.value}.out.json"
+        plan.write_text(json.dumps(one_device_plan(collective)))
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            status = bench([str(plan), "--backend", "cupy", "--bytes", "4K:4M:32", "--warmup", "1", "--iters", "3",
+                            "--repeats", "2", "--out", str(out)])
+        if status != 0:
+            last = (log.getvalue().strip().splitlines() or ["no output"])[-1]
+            raise CheckFailed(f"runtime.bench --backend cupy on a one-device {collective} plan exited {status}: {last}")
+        results = json.loads(out.read_text())["results"]
+        wrong = [(r["bytes"], r["wrong"], r["wrong_timed"]) for r in results if r["wrong"] or r["wrong_timed"]]
+        if len(results) != 3 or wrong:
+            raise CheckFailed(f"runtime.bench on a one-device {collective} plan: {len(results)} results, wrong (bytes, check, timed): {wrong}")
+    return len(Collective)
+
+
+def describe(backend: CupyBackend) -> str:
+    """The GPU's name and the CuPy and NCCL versions."""
+    props = backend.cupy.cuda.runtime.getDeviceProperties(backend.device.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"{name}, CuPy {backend.cupy.__version__}, NCCL {backend.nccl.get_version()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the three checks; print one line; 0 ok or skipped, 1 failed."""
+    p = argparse.ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n")[0])
+    p.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        backend = CupyBackend(MPI.COMM_SELF)
+    except BackendUnavailable as e:
+        print(f"skipped: {e}")
+        return 0
+    rng = np.random.default_rng(args.seed)
+    stage = "buffers"
+    try:
+        buffers = check_buffers(backend, rng)
+        stage = "nccl"
+        nccl = check_nccl(backend, rng)
+        stage = "bench"
+        with tempfile.TemporaryDirectory() as tmp:
+            plans = check_bench(Path(tmp))
+    except CheckFailed as e:
+        print(f"gpu_check: FAILED: {e}")
+        return 1
+    except Exception as e:  # a CUDA or NCCL error: one line, not a traceback
+        print(f"gpu_check: FAILED: {stage}: {type(e).__name__}: {e}")
+        return 1
+    print(f"gpu_check: ok: {describe(backend)}: buffers {buffers} checks, nccl {nccl} one-rank collectives, "
+          f"bench {plans} one-device plans, all exact, in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
