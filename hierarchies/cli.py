@@ -11,6 +11,8 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +82,33 @@ def sizes_argument(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def write_json_atomic(data: Any, path: str | Path) -> None:
-    """Write `data` as JSON to `path` via a temporary file beside it, so no half-written file is ever left."""
+def enum_argument(kind: type[Enum]) -> Callable[[str], Enum]:
+    """An argparse ``type=`` for the values of the string enum `kind`, with argparse's one-line "invalid choice" error."""
+
+    def convert(text: str) -> Enum:
+        try:
+            return kind(text)
+        except ValueError:
+            choices = ", ".join(str(m.value) for m in kind)
+            raise argparse.ArgumentTypeError(f"invalid choice: {quote(text)} (choose from {choices})") from None
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def write_text_atomic(text: str, path: str | Path) -> None:
+    """Write `text` to `path` via a temporary file beside it, so no half-written file is ever left."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(data: Any, path: str | Path) -> None:
+    """Write `data` as JSON to `path` atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(json.dumps(data, indent=1) + "\n", path)

@@ -104,6 +104,16 @@ class Program:
         return Program(tuple(Step.from_json(s, placement) for s in data["steps"]))
 
 
+@dataclass(frozen=True)
+class NamedRequest:
+    """A request with its name, its message size in bytes and how often it runs per training step."""
+
+    name: str
+    request: Request
+    message_bytes: int
+    count: int = 1
+
+
 RawProgram = tuple[tuple[Collective, int], ...]
 """A program over cell indices: ``(collective, slice mask)`` pairs, bit ``i`` of a mask for reduced cell ``i``."""
 

@@ -31,7 +31,7 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from hierarchies.cli import ArgumentParser, UsageError, sizes_argument
+from hierarchies.cli import ArgumentParser, UsageError, enum_argument, sizes_argument
 from runtime.backends import Backend, BackendKind, BackendUnavailable, make_backend
 from runtime.data import (
     ITEMSIZE,
@@ -57,7 +57,8 @@ from runtime.job import (
     run_guarded,
 )
 from runtime.layout import Role, plan_layout
-from runtime.plan import PlanError, Selection, load_plan
+from hierarchies.plan_file import PlanFileError, load_plan_file
+from runtime.plan import Selection, select
 from runtime.report import (
     InjectResult,
     Result,
@@ -97,14 +98,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog="python -m runtime.bench", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="the solver's result JSON (python -m solver.run ... --out plan.json)")
     p.add_argument("--placement", type=int, default=0, help="index of the placement in the plan (default 0)")
+    p.add_argument("--request", default=None, help="name of the request to run, for a workload plan with several (default: the only one)")
     p.add_argument("--top", type=_top, default=5, help="how many of the placement's best programs to run, or 'all' (default 5)")
     p.add_argument("--bytes", type=sizes_argument, default=None, help="SIZE or MIN:MAX[:FACTOR], e.g. 1M:64M (default: the plan's message_bytes)")
     p.add_argument("--warmup", type=int, default=TimingConfig.warmup, help=f"untimed runs per program and size (default {TimingConfig.warmup})")
     p.add_argument("--iters", type=int, default=TimingConfig.iters, help=f"timed runs per repeat (default {TimingConfig.iters})")
     p.add_argument("--repeats", type=int, default=TimingConfig.repeats, help=f"repeats; times are medians over them (default {TimingConfig.repeats})")
-    p.add_argument("--backend", type=BackendKind, choices=list(BackendKind), default=BackendKind.NUMPY, help="numpy over MPI (default) or cupy over NCCL")
+    p.add_argument("--backend", type=enum_argument(BackendKind), default=BackendKind.NUMPY, metavar="{numpy,cupy}", help="numpy over MPI (default) or cupy over NCCL")
     p.add_argument("--progress", action="store_true", help="show the progress bar even if stderr is not a terminal (e.g. under Open MPI's mpiexec)")
-    p.add_argument("--inject", type=FaultKind, choices=list(FaultKind), default=None, metavar="KIND",
+    p.add_argument("--inject", type=enum_argument(FaultKind), default=None, metavar="KIND",
                    help=f"run every program once with this fault and nothing timed, to show the check sees it: {', '.join(map(str, FaultKind))}")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here (rank 0)")
     return p.parse_args(argv)
@@ -124,14 +126,14 @@ class Job:
 
 
 def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> Job:
-    """Load the plan, choose the programs, check them, the world size and the sizes; PlanError/ValueError if anything is off."""
-    plan = load_plan(args.plan)
-    selection = plan.select(args.placement, args.top)
+    """Load the plan, choose the programs, check them, the world size and the sizes; PlanFileError/ValueError if anything is off."""
+    plan = load_plan_file(args.plan)
+    selection = select(plan, args.placement, args.top, args.request)
     placement, request = selection.placement, selection.request
     devices = placement.num_devices
     if world.Get_size() != devices:
-        raise PlanError(f"the plan's hierarchy has {devices} devices but the job has {world.Get_size()} ranks; run with -n {devices}")
-    sizes = args.bytes or (plan.message_bytes,)
+        raise PlanFileError(f"the plan's hierarchy has {devices} devices but the job has {world.Get_size()} ranks; run with -n {devices}")
+    sizes = args.bytes or (selection.message_bytes,)
     group_size = reduction_group(placement, request, 0).size
     for nbytes in sizes:
         index_bits(devices, element_count(nbytes, group_size))
@@ -140,7 +142,7 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> Job:
     if args.inject is not None:
         faults = tuple(place_fault(args.inject, placement, request, plan_layout(placement, request, c.program)) for c in selection.candidates)
         if not any(faults):
-            raise PlanError(
+            raise PlanFileError(
                 f"--inject {args.inject} applies to none of the {len(faults)} selected program(s): it needs {args.inject.needs}; "
                 "choose another kind, or more programs (--top all)"
             )
@@ -161,7 +163,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm, data: DataFactory) -> in
     try:
         args = parse_args(argv)
         job = prepare(args, world)
-    except (UsageError, PlanError, ValueError) as e:
+    except (UsageError, PlanFileError, ValueError) as e:
         error = str(e)
     if fail_together(world, error):
         return EXIT_USAGE

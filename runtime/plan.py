@@ -1,35 +1,19 @@
-"""Load the solver's result JSON (a *plan*) and pick the programs of one placement.
+"""Pick what one run executes from a plan file: a placement, one request, its default and its best programs.
 
-The format (written by ``python -m solver.run``)::
-
-    {"hierarchy": {...}, "axes": [{"name": "data", "size": 8}],
-     "request": {"axes": ["data"], "collective": "all_reduce"},
-     "message_bytes": 1048576, "max_steps": 4,
-     "placements": [{"matrix": [[2, 4]],
-                     "default": {"steps": [...], "cost_s": 0.0021},
-                     "programs": [{"steps": [...], "cost_s": 0.0012, "verified": true}, ...]}]}
-
-``matrix`` rows follow ``axes``, columns follow the hierarchy's levels;
-programs are best first. Every program is checked with the concrete semantics
-(hierarchies/concrete.py) before it may run.
+The plan file is the solver's result JSON, read by ``hierarchies/plan_file.py``
+(single-request and workload formats). Every chosen program is checked with
+the concrete semantics (``hierarchies/concrete.py``, on a miniature for large
+systems) before it may run.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from pydantic import ValidationError
-
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Axis, Placement
-from hierarchies.program import Collective, Program, Request
+from hierarchies.placement import Placement
+from hierarchies.plan_file import PlanFile, PlanFileError, PlannedProgram
+from hierarchies.program import Program, Request
 from hierarchies.verify import Verifier
-
-
-class PlanError(ValueError):
-    """A plan file, or a choice made from it, that cannot be run."""
 
 
 @dataclass(frozen=True)
@@ -48,79 +32,37 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Selection:
-    """What one run executes: a placement, the request, and the default first, then the chosen programs."""
+    """What one run executes: a placement, the request, its size, and the default first, then the chosen programs."""
 
     index: int
     placement: Placement
     request: Request
+    request_name: str
+    message_bytes: int
     candidates: tuple[Candidate, ...]
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A parsed plan: the hierarchy, axes, request and the raw placement entries."""
-
-    hierarchy: Hierarchy
-    axes: tuple[Axis, ...]
-    request: Request
-    message_bytes: int
-    placements: tuple[dict, ...]
-
-    def select(self, index: int, top: int | None) -> Selection:
-        """The default and the best `top` programs (all if None) of placement `index`, each checked.
-
-        A top program equal to the default runs once, as the default.
-        Raises PlanError on a bad index, a bad entry, or a program that fails
-        the concrete checker.
-        """
-        if not 0 <= index < len(self.placements):
-            raise PlanError(f"placement index {index} out of range: the plan has {len(self.placements)} placement(s)")
-        entry = self.placements[index]
-        try:
-            placement = Placement(self.hierarchy, self.axes, tuple(tuple(r) for r in entry["matrix"]))
-            default = Candidate(Program.from_json(entry["default"], placement), entry["default"].get("cost_s"), None)
-            chosen = entry["programs"] if top is None else entry["programs"][:top]
-            programs = [Candidate(Program.from_json(p, placement), p.get("cost_s"), i) for i, p in enumerate(chosen)]
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise PlanError(f"placement {index}: bad entry: {e}") from None
-        candidates = (default, *(c for c in programs if c.program != default.program))
-        checker = Verifier(placement, self.request)  # on a miniature when the system is large
-        for c in candidates:
-            verdict = checker.check(c.program)
-            if not verdict:
-                which = "the default program" if c.is_default else f"program {c.position}"
-                raise PlanError(f"placement {index}: {which} {c.program.text(placement)} fails the checker: {verdict.reason}")
-        return Selection(index, placement, self.request, candidates)
+def _candidate(p: PlannedProgram, position: int | None) -> Candidate:
+    return Candidate(p.program, p.cost_s, position)
 
 
-def parse_plan(data: dict) -> Plan:
-    """A Plan from the decoded JSON; PlanError with the first problem found."""
-    try:
-        hierarchy = Hierarchy.model_validate(data["hierarchy"])
-        axes = tuple(Axis(**a) for a in data["axes"])
-        names = [a.name for a in axes]
-        req = data["request"]
-        request = Request(frozenset(names.index(a) for a in req["axes"]), Collective(req.get("collective", "all_reduce")))
-        placements = data["placements"]
-        message_bytes = int(data.get("message_bytes", 0))
-    except ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        raise PlanError(f"bad plan: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise PlanError(f"bad plan: {type(e).__name__}: {e}") from None
-    if not isinstance(placements, list):
-        raise PlanError("bad plan: 'placements' must be a list (is this a solver spec rather than its result?)")
-    return Plan(hierarchy, axes, request, message_bytes, tuple(placements))
+def select(plan: PlanFile, index: int, top: int | None, request: str | None = None) -> Selection:
+    """The default and the best `top` programs (all if None) of request `request` on placement `index`, each checked.
 
-
-def load_plan(path: str | Path) -> Plan:
-    """Read and parse the plan file at `path`; PlanError if it is missing or malformed."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise PlanError(f"cannot read plan {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise PlanError(f"plan {path} is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise PlanError(f"plan {path} is not a JSON object")
-    return parse_plan(data)
+    `request` names a request of a workload plan (None: the plan's only one).
+    A top program equal to the default runs once, as the default. Raises
+    PlanFileError on a bad index or name, a bad entry, or a program that fails
+    the concrete checker.
+    """
+    planned = plan.placement(index)
+    chosen = planned.request(request)
+    default = _candidate(chosen.default, None)
+    programs = chosen.programs if top is None else chosen.programs[:top]
+    candidates = (default, *(c for c in (_candidate(p, i) for i, p in enumerate(programs)) if c.program != default.program))
+    checker = Verifier(planned.placement, chosen.named.request)  # on a miniature when the system is large
+    for c in candidates:
+        verdict = checker.check(c.program)
+        if not verdict:
+            which = "the default program" if c.is_default else f"program {c.position}"
+            raise PlanFileError(f"placement {index}: {which} {c.program.text(planned.placement)} fails the checker: {verdict.reason}")
+    return Selection(index, planned.placement, chosen.named.request, chosen.named.name, chosen.named.message_bytes, candidates)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from p2synth_encodings.deadline import Deadline
 from hierarchies.placement import Matrix, Placement
 from solver.search import Solution, solve
-from solver.spec import NamedRequest, Problem
+from hierarchies.program import NamedRequest
+from solver.spec import Problem
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from p2synth_encodings.deadline import Deadline
-from solver.planner import SweepResult, PlacementResult, plan_placement, rank_plans
-from solver.report import render_single, render_workload
 from hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
+from hierarchies.plan_file import parse_plan_file
+from p2synth_encodings.deadline import Deadline
+from solver.exports import ExportFormat, export_placement
+from solver.planner import SweepResult, plan_placement, rank_plans
+from solver.report import render_single, render_workload
 from solver.result import is_complete, result_json
 from solver.search import TooManyPrograms, VerificationError
 from solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
@@ -42,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-placements", type=int, default=MAX_PLACEMENTS, help=f'refuse "placements": "all" beyond this many placements (default {MAX_PLACEMENTS})')
     p.add_argument("--print-schema", action="store_true", help="print the spec's JSON schema and exit")
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
-    p.add_argument("--export", choices=["torch", "jax"], help="print a PyTorch or JAX module running the chosen placement's programs, instead of the table")
+    p.add_argument("--export", choices=[f.value for f in ExportFormat], help="print a PyTorch or JAX module running the chosen placement's programs, instead of the table")
     p.add_argument("--placement", type=int, default=0, help="with --export: index of the placement in the ranked list (default 0, the best)")
     args = p.parse_args(argv)
     if not args.print_schema and not args.spec:
@@ -75,14 +77,6 @@ def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline,
                 plans.append(plan_placement(problem, matrix, max_steps, top, deadline))
             progress.advance(task)
     return rank_plans(plans, unsolved)
-
-
-def _export(kind: str, plan: PlacementResult) -> str:
-    """Source of a PyTorch or JAX module running `plan`'s best programs."""
-    from solver.exports import export_jax, export_torch  # only needed for --export
-
-    requests = [(r.named.name, r.named.request, r.solution.best.program, r.named.message_bytes) for r in plan.requests]
-    return (export_torch if kind == "torch" else export_jax)(plan.placement, requests)
 
 
 def _progress(console: Console | None, total: int) -> Progress:
@@ -141,7 +135,8 @@ def _main(argv: list[str] | None, err: Console) -> int:
         if args.placement >= len(result.placements):
             err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
             return EXIT_TIMEOUT
-        print(_export(args.export, result.placements[args.placement]), end="")
+        # the same code as `python -m solver.exports plan.json`, on the result document this run would write
+        print(export_placement(parse_plan_file(result_json(problem, result, max_steps)), args.placement, args.export), end="")
     elif not args.quiet:
         (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
     if args.out:

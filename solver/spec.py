@@ -20,7 +20,7 @@ from hierarchies.cli import quote
 from hierarchies.library import UnknownSystemError, load_system, system_names
 from hierarchies.model import NAME_PATTERN, Hierarchy
 from hierarchies.placement import Axis, Matrix, Placement, PlacementError
-from hierarchies.program import Collective, Request
+from hierarchies.program import Collective, NamedRequest, Request
 from solver.models import CostModelKind
 
 if TYPE_CHECKING:
@@ -135,16 +135,6 @@ class Spec(BaseModel):
         if (self.request is None) == (self.workload is None):
             raise ValueError("give exactly one of 'request' or 'workload'")
         return self
-
-
-@dataclass(frozen=True)
-class NamedRequest:
-    """A resolved request with its name, size and per-step count."""
-
-    name: str
-    request: Request
-    message_bytes: int
-    count: int = 1
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import pytest
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Program, Request, Step
 from hierarchies.abstract import enumerate_programs
 from hierarchies.program import to_program
-from solver.export_plan import RequestPlan, identifiers, plan_module
+from solver.exports.layout import RequestLayout, identifiers, plan_module
 from solver.exports import EXPORTERS, ExportRequest, export_jax, export_torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,7 +322,7 @@ def test_single_device_placement_is_rejected() -> None:
         export_torch(placement, [])
 
 
-def simulate(placement: Placement, plan: RequestPlan, inputs: np.ndarray) -> dict[int, np.ndarray]:
+def simulate(placement: Placement, plan: RequestLayout, inputs: np.ndarray) -> dict[int, np.ndarray]:
     """Run a request plan on every device with numpy, numbering a group's members in rank order.
 
     This is what the frameworks do: torch numbers a group's ranks in rank order, and JAX numbers

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from hierarchies.cli import quote
+
 from hierarchies import Collective, Program, default_program
 from tests.runtime_support import (
     CASES,
@@ -210,9 +212,10 @@ def test_bad_arguments_give_one_line_each(tmp_path):
         "error: placement index 5 out of range: the plan has 1 placement(s)",
         "error: placement 0: program 1 AR(data@core) fails the checker: device 0 does not hold the all_reduce result",
         "error: argument --bytes: bad size '3x': expected e.g. 4096, 64K, 1M or 2G",
-        f"error: cannot read plan {tmp_path / 'none.json'}: No such file or directory",
+        f"error: cannot read plan {quote(str(tmp_path / 'none.json'))}: No such file or directory",
         "error: 8 bytes is less than one float32 per chunk for 4 chunks",
-        "error: argument --inject: invalid FaultKind value: 'bogus'",
+        "error: argument --inject: invalid choice: 'bogus' (choose from swap-chunks, skip-repack, reverse-blocks, "
+        "drop-contribution, double-contribution, wrong-slice)",
         "error: --inject skip-repack applies to none of the 1 selected program(s): it needs a local repack; "
         "choose another kind, or more programs (--top all)",
     ]

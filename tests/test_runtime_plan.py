@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from hierarchies import Collective
-from runtime.plan import PlanError, load_plan, parse_plan
+from hierarchies.plan_file import PlanFileError, load_plan_file, parse_plan_file
+from runtime.plan import select
 from hierarchies.cli import parse_size, parse_sizes
 from runtime.report import bus_factor
 from tests.runtime_support import MPI_ENV, ROOT, all_programs, placement_of, plan_json, request_of, write_plan
@@ -20,45 +21,46 @@ PROGRAMS = all_programs(PL, REQ, 3)
 
 def test_select_puts_the_default_first_and_runs_it_once():
     data = plan_json(PL, REQ, PROGRAMS)
-    sel = parse_plan(data).select(0, 3)
+    sel = select(parse_plan_file(data), 0, 3)
     assert sel.candidates[0].is_default
     assert sel.candidates[0].program == PROGRAMS[0]  # the flat all_reduce, listed first by the enumerator
     assert [c.position for c in sel.candidates] == [None, 1, 2]
-    assert len(parse_plan(data).select(0, None).candidates) == len(PROGRAMS)
+    assert len(select(parse_plan_file(data), 0, None).candidates) == len(PROGRAMS)
 
 
 def test_the_cpu_example_shape_round_trips(tmp_path):
-    plan = load_plan(write_plan(tmp_path / "plan.json", PL, REQ, PROGRAMS, message_bytes=1 << 20))
-    assert plan.message_bytes == 1 << 20 and plan.request == REQ
-    assert plan.select(0, 5).placement.matrix == ((2, 4),)
+    plan = load_plan_file(write_plan(tmp_path / "plan.json", PL, REQ, PROGRAMS, message_bytes=1 << 20))
+    sel = select(plan, 0, 5)
+    assert sel.message_bytes == 1 << 20 and sel.request == REQ and sel.request_name == "request"
+    assert sel.placement.matrix == ((2, 4),)
 
 
 def test_bad_placement_index():
-    with pytest.raises(PlanError, match="placement index 1 out of range: the plan has 1 placement"):
-        parse_plan(plan_json(PL, REQ, PROGRAMS)).select(1, 5)
+    with pytest.raises(PlanFileError, match="placement index 1 out of range: the plan has 1 placement"):
+        select(parse_plan_file(plan_json(PL, REQ, PROGRAMS)), 1, 5)
 
 
 def test_a_program_that_fails_the_checker_is_refused():
     data = plan_json(PL, REQ, PROGRAMS)
     data["placements"][0]["programs"][2] = {"steps": [{"op": "all_reduce", "slice": [["data", "core"]]}]}
-    with pytest.raises(PlanError, match=r"program 2 AR\(data@core\) fails the checker"):
-        parse_plan(data).select(0, 5)
-    parse_plan(data).select(0, 2)  # not among the chosen: fine
+    with pytest.raises(PlanFileError, match=r"program 2 AR\(data@core\) fails the checker"):
+        select(parse_plan_file(data), 0, 5)
+    select(parse_plan_file(data), 0, 2)  # not among the chosen: fine
 
 
 def test_unknown_cells_and_missing_files_are_plan_errors(tmp_path):
     data = plan_json(PL, REQ, PROGRAMS)
     data["placements"][0]["default"]["steps"][0]["slice"] = [["data", "rack"]]
-    with pytest.raises(PlanError, match="placement 0: bad entry"):
-        parse_plan(data).select(0, 1)
-    with pytest.raises(PlanError, match="cannot read plan"):
-        load_plan(tmp_path / "missing.json")
+    with pytest.raises(PlanFileError, match="placement 0: bad entry"):
+        select(parse_plan_file(data), 0, 1)
+    with pytest.raises(PlanFileError, match="cannot read plan"):
+        load_plan_file(tmp_path / "missing.json")
     (tmp_path / "spec.json").write_text((ROOT / "examples" / "cpu-2x4.json").read_text())
-    with pytest.raises(PlanError, match="solver spec rather than its result"):
-        load_plan(tmp_path / "spec.json")
+    with pytest.raises(PlanFileError, match="solver spec rather than its result"):
+        load_plan_file(tmp_path / "spec.json")
     (tmp_path / "bad.json").write_text(json.dumps({**data, "axes": [{"name": "data", "size": 0}]}))
-    with pytest.raises(PlanError, match="size"):
-        load_plan(tmp_path / "bad.json")
+    with pytest.raises(PlanFileError, match="size"):
+        load_plan_file(tmp_path / "bad.json")
 
 
 def test_sizes():
@@ -84,3 +86,29 @@ def test_runtime_never_imports_z3():
     )
     env = {**os.environ, **MPI_ENV}  # importing mpi4py.MPI initialises MPI: keep it quick
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def workload_plan(tmp_path_factory):
+    """The solver's result for the bundled GPT workload example (two requests)."""
+    out = tmp_path_factory.mktemp("plan") / "gpt.json"
+    subprocess.run([sys.executable, "-m", "solver.run", "examples/gpt-3d-on-dgx-a100.json", "--quiet", "--top", "3",
+                    "--out", str(out)], cwd=ROOT, check=True, timeout=300)
+    return load_plan_file(out)
+
+
+def test_a_workload_plan_selects_each_request_by_name(workload_plan):
+    assert workload_plan.request_names() == ("grad_allreduce", "tp_allreduce")
+    doc = workload_plan.document["placements"][0]["requests"]
+    for i, name in enumerate(workload_plan.request_names()):
+        sel = select(workload_plan, 0, 3, name)
+        assert sel.request_name == name and sel.message_bytes == doc[i]["message_bytes"]
+        assert [c.program.to_json(sel.placement)["steps"] for c in sel.candidates[1:]] == \
+               [p["steps"] for p in doc[i]["programs"] if p["steps"] != doc[i]["default"]["steps"]]
+
+
+def test_a_workload_plan_needs_a_request_name(workload_plan):
+    with pytest.raises(PlanFileError, match=r"2 requests \(grad_allreduce, tp_allreduce\); choose one with --request"):
+        select(workload_plan, 0, 3)
+    with pytest.raises(PlanFileError, match=r"no request 'nope' in the plan; its requests: grad_allreduce, tp_allreduce"):
+        select(workload_plan, 0, 3, "nope")

@@ -72,7 +72,7 @@ class StepPlan:
 
 
 @dataclass(frozen=True)
-class RequestPlan:
+class RequestLayout:
     """A request ready to render: identifier, description, starting buffer layout and steps."""
 
     name: str
@@ -95,7 +95,7 @@ class ModulePlan:
     hierarchy: str
     placement: str
     dims: tuple[MeshDim, ...]
-    requests: tuple[RequestPlan, ...]
+    requests: tuple[RequestLayout, ...]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -219,12 +219,12 @@ def plan_steps(
     return start, tuple(steps)
 
 
-def plan_request(placement: Placement, name: str, item: ExportRequest) -> RequestPlan:
+def plan_request(placement: Placement, name: str, item: ExportRequest) -> RequestLayout:
     """Validate one request's program and plan it under the identifier `name`."""
     check_exportable(placement, item.request, item.program)
     start, steps = plan_steps(placement, item.request, item.program)
     group_size = math.prod(placement.factor(c) for c in item.request.reduced_cells(placement))
-    return RequestPlan(
+    return RequestLayout(
         name=name,
         label=item.name,
         collective=item.request.collective,
@@ -336,7 +336,7 @@ _STEP_NOTES = {
 
 
 def request_function(
-    req: RequestPlan, signature: str, notes: str, step_code: Callable[[StepPlan], str], final: str
+    req: RequestLayout, signature: str, notes: str, step_code: Callable[[StepPlan], str], final: str
 ) -> list[str]:
     """Source lines of the function running one request: docstring, buffer layout, one commented line per step.
 

@@ -3,7 +3,7 @@
 The generated module imports only jax and numpy (and ``math``). ``build_mesh()``
 builds a ``jax.sharding.Mesh`` whose axes are the placement's cells, outer to
 inner, with device ``r`` of ``jax.devices()`` at the coordinate whose row-major
-index is ``r`` (see :mod:`solver.export_plan`). One function per request,
+index is ``r`` (see :mod:`solver.exports.layout`). One function per request,
 ``name(tensor)``, runs its program inside ``shard_map`` with ``lax.psum``,
 ``lax.psum_scatter`` and ``lax.all_gather`` over tuples of axis names;
 ``on_mesh(fn, mesh)`` wraps one for a global array.
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective
-from solver.export_plan import (
+from solver.exports.layout import (
     ExportRequest,
     ModulePlan,
-    RequestPlan,
+    RequestLayout,
     StepPlan,
     header,
     helper_lines,
@@ -120,7 +120,7 @@ def _step_code(step: StepPlan) -> str:
     return f"x = {call}"
 
 
-def _request_function(req: RequestPlan) -> list[str]:
+def _request_function(req: RequestLayout) -> list[str]:
     """Source lines of the function that runs one request's program on a device's block."""
     notes = (_REDUCE_NOTE if req.collective is Collective.REDUCE else "") + _NOTES
     final = _FINAL.get(req.collective, "x.reshape(tensor.shape)").format(g=req.group_size)

@@ -2,7 +2,7 @@
 
 The generated module imports only torch (and ``math``). ``build_mesh()`` builds
 a ``DeviceMesh`` whose dimensions are the placement's cells, outer to inner
-(see :mod:`solver.export_plan`), and the process groups of every slice that
+(see :mod:`solver.exports.layout`), and the process groups of every slice that
 spans several of them; one function per request, ``name(tensor, mesh)``, runs
 its program with ``torch.distributed`` collectives and returns what the plain
 collective over the whole reduction group would.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective
-from solver.export_plan import (
+from solver.exports.layout import (
     ExportRequest,
     ModulePlan,
-    RequestPlan,
+    RequestLayout,
     StepPlan,
     header,
     helper_lines,
@@ -113,7 +113,7 @@ def _step_code(step: StepPlan) -> str:
     }[step.op]
 
 
-def _request_function(req: RequestPlan) -> list[str]:
+def _request_function(req: RequestLayout) -> list[str]:
     """Source lines of the function that runs one request's program."""
     notes = (_REDUCE_NOTE if req.collective is Collective.REDUCE else "") + _NOTES
     final = _FINAL.get(req.collective, "x.view(tensor.shape)").format(g=req.group_size)

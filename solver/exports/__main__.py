@@ -1,0 +1,43 @@
+"""``python -m solver.exports PLAN --placement I --format torch|jax``: print a framework module from a plan file.
+
+The plan file is the solver's result JSON (``python -m solver.run SPEC --out
+plan.json``); nothing is solved again, and neither Z3 nor the cost model is
+needed. Exit codes: 0 the module was printed (or written with ``--out``); 2
+bad arguments, plan file or program, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, quote, write_text_atomic
+from hierarchies.plan_file import PlanFileError, load_plan_file
+from solver.exports import ExportFormat, export_placement
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; returns its exit code."""
+    p = ArgumentParser(prog="python -m solver.exports", description=__doc__.split("\n")[0])
+    p.add_argument("plan", help="the solver's result JSON (python -m solver.run SPEC --out plan.json)")
+    p.add_argument("--placement", type=int, default=0, help="index of the placement in the plan (default 0, the best)")
+    p.add_argument("--format", choices=[f.value for f in ExportFormat], required=True, help="torch or jax")
+    p.add_argument("--out", type=Path, help="write the module here instead of printing it")
+    try:
+        args = p.parse_args(argv)
+        source = export_placement(load_plan_file(args.plan), args.placement, args.format)
+        if args.out is not None:
+            write_text_atomic(source, args.out)
+        else:
+            sys.stdout.write(source)
+    except (UsageError, PlanFileError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        print(f"error: cannot write {quote(str(args.out))}: {e.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
