@@ -6,7 +6,7 @@ from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from hierarchies.abstract import AbstractState
 from solver.cost import AlphaBeta, step_seconds
 
-AR, RS, AG, R, B = Collective
+AR, RS, AG, R, B, A2A = Collective
 M = float(1 << 28)
 NODE_BW, UPLINK, GPU_BW, NODE_LAT, GPU_LAT = 12.5e9, 50e9, 100e9, 14e-6, 3.4e-6
 

@@ -12,7 +12,7 @@ from solver.cost import step_seconds
 from solver.search import solve
 from solver.simulator import Simulator
 
-AR, RS, AG, R, B = Collective
+AR, RS, AG, R, B, A2A = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 
