@@ -1,6 +1,6 @@
 """Bounded sketches of collective programs over the abstract cell-status state.
 
-A sketch has `K` step slots. Slot ``i`` holds an op (one of the five
+A sketch has `K` step slots. Slot ``i`` holds an op (one of the
 collectives, or none for an unused trailing slot) and a slice ``S_i``, a set
 of reduced cells. The abstract state ``(X, Y, Z)`` (summed,
 scattered, rooted; plus ``P``, still to exchange, for an all_to_all request,
