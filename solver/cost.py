@@ -213,6 +213,8 @@ class AlphaBeta:
         """Predicted seconds of one step (see the class docstring)."""
         h = self.placement.hierarchy
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
+        if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
+            return all_to_all_time(alg, self.placement, shape, S, Z)
         factors, levels, spans = shape.factors, shape.levels, shape.spans
         m, m_over_k, m_times_k, k = shape.m, shape.m_over_k, shape.m_times_k, shape.k
 
@@ -232,5 +234,4 @@ class AlphaBeta:
                 continue
             t = level_time(alg, self.placement, l, volume, S, Z, factors, levels)
             bw_time = alg.ite(spans[l], alg.ite(t > bw_time, t, bw_time), bw_time)
-        return alg.ite(alg.is_op(op, Collective.ALL_TO_ALL), all_to_all_time(alg, self.placement, shape, S, Z),
-                       latency + bw_time)
+        return latency + bw_time

@@ -63,6 +63,8 @@ class Simulator:
         cells = self.request.reduced_cells(self.placement)
         h = self.placement.hierarchy
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
+        if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
+            return all_to_all_time(alg, self.placement, shape, S, Z) + (h.step_overhead_us or 0.0) * 1e-6
         factors, levels, spans = shape.factors, shape.levels, shape.spans
         m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
 
@@ -112,8 +114,7 @@ class Simulator:
         time = alg.ite(alg.is_op(op, Collective.ALL_REDUCE), ar,
                alg.ite(alg.is_op(op, Collective.REDUCE_SCATTER), rs,
                alg.ite(alg.is_op(op, Collective.ALL_GATHER), ag,
-               alg.ite(alg.is_op(op, Collective.REDUCE), r,
-               alg.ite(alg.is_op(op, Collective.ALL_TO_ALL), all_to_all_time(alg, self.placement, shape, S, Z), b)))))
+               alg.ite(alg.is_op(op, Collective.REDUCE), r, b))))
         return time + (h.step_overhead_us or 0.0) * 1e-6
 
     def _per_cell(self, alg: Algebra, S: Sequence[Any], cells, term) -> Any:
