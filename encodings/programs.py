@@ -1,9 +1,10 @@
 """Bounded sketches of collective programs over the abstract cell-status state.
 
-A sketch has `K` step slots. Slot ``i`` holds an op (one of the five
+A sketch has `K` step slots. Slot ``i`` holds an op (one of the
 collectives, or none for an unused trailing slot) and a slice ``S_i``, a set
 of reduced cells. The abstract state ``(X, Y, Z)`` (summed,
-scattered, rooted) is threaded through the slots and the request's goal is
+scattered, rooted; plus ``P``, still to exchange, for an all_to_all request,
+whose only steps are all_to_all ones) is threaded through the slots and the request's goal is
 asserted at the end (DESIGN.md sections 4 and 5). Every model decodes into one
 program; distinct models are distinct programs.
 
@@ -65,6 +66,8 @@ class ProgramSketch:
         self.X = [[z3.Bool(f"summed{i}_{c}") for c in cells] for i in range(max_steps + 1)]
         self.Y = [[z3.Bool(f"scattered{i}_{c}") for c in cells] for i in range(max_steps + 1)]
         self.Z = [[z3.Bool(f"rooted{i}_{c}") for c in cells] for i in range(max_steps + 1)]
+        self.exchange = collective is Collective.ALL_TO_ALL
+        self.P = [[z3.Bool(f"to_exchange{i}_{c}") for c in cells] for i in range(max_steps + 1)] if self.exchange else None
         self._encode()
         self.total = None
         if step_cost is not None:
@@ -78,6 +81,7 @@ class ProgramSketch:
         start = {
             Collective.ALL_GATHER: (True, True, False),
             Collective.BROADCAST: (True, False, True),
+            Collective.ALL_TO_ALL: (True, False, False),
         }.get(self.collective, (False, False, False))
         goal = {
             Collective.REDUCE_SCATTER: (True, True, False),
@@ -89,6 +93,13 @@ class ProgramSketch:
             for states, value in zip((self.X, self.Y, self.Z), goal):
                 if value is not None:
                     add(states[-1][c] == value)
+        if self.exchange:  # every cell starts to exchange and ends exchanged; all_to_all is the only step
+            for c in range(self.C):
+                add(self.P[0][c], z3.Not(self.P[-1][c]))
+        for i in range(self.K):
+            for op, b in self.ops[i].items():
+                if (op is Collective.ALL_TO_ALL) != self.exchange:
+                    add(z3.Not(b))
         # At least one step; unused slots only at the end
         add(self.used[0])
         for i in range(self.K):
@@ -107,6 +118,10 @@ class ProgramSketch:
         x1, y1, z1 = self.X[i + 1][c], self.Y[i + 1][c], self.Z[i + 1][c]
         op = self.ops[i]
         untouched = z3.Implies(s, z3.Not(x))
+        if self.exchange:  # all_to_all or an unused slot: the step's cells must be to exchange, and become exchanged
+            p, p1 = self.P[i][c], self.P[i + 1][c]
+            return z3.And(z3.Implies(z3.Not(self.used[i]), z3.Not(s)), x1 == x, y1 == y, z1 == z,
+                          z3.Implies(s, p), p1 == z3.And(p, z3.Not(s)))
         return z3.And(
             z3.Implies(z3.Not(self.used[i]), z3.And(z3.Not(s), x1 == x, y1 == y, z1 == z)),
             z3.Implies(op[Collective.ALL_REDUCE], z3.And(untouched, x1 == z3.Or(x, s), y1 == y, z1 == z)),

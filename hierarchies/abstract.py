@@ -1,10 +1,15 @@
 """The abstract cell-status semantics (DESIGN.md section 4) and the explicit search over it.
 
-The state of the whole system is three sets of reduced cells, kept as bitmasks
+The state of the whole system is four sets of reduced cells, kept as bitmasks
 over the reduced-cell indices: ``X`` summed, ``Y`` scattered, ``Z`` rooted
-(only devices with zero digits on ``Z`` are active). Each cell thus has one of
-four statuses: untouched, summed, summed+scattered, summed+rooted. Validity
-depends only on which cells exist, never on their sizes.
+(only devices with zero digits on ``Z`` are active), ``P`` still to exchange
+(all_to_all only). Each cell of a reducing request has one of four statuses:
+untouched, summed, summed+scattered, summed+rooted. A cell of an all_to_all
+request is either still to exchange or *exchanged*; such a request starts with
+every cell to exchange and nothing to sum (``X`` full, like all_gather), so no
+reducing step applies to it, and a reducing request never has a cell to
+exchange, so no all_to_all step applies to it. Validity depends only on which
+cells exist, never on their sizes.
 
 Besides the semantics this module enumerates every program within a bound and
 counts them exactly; the explicit cost searches that are the Z3 encoding's
@@ -25,11 +30,12 @@ OPS: tuple[Collective, ...] = tuple(Collective)
 
 @dataclass(frozen=True, order=True)
 class AbstractState:
-    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted."""
+    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted, P still to exchange (all_to_all)."""
 
     X: int
     Y: int
     Z: int
+    P: int = 0
 
 
 def start_state(collective: Collective, num_cells: int) -> AbstractState:
@@ -39,6 +45,8 @@ def start_state(collective: Collective, num_cells: int) -> AbstractState:
         return AbstractState(full, full, 0)  # each device owns one chunk: nothing left to sum
     if collective is Collective.BROADCAST:
         return AbstractState(full, 0, full)  # only the root is active and holds everything
+    if collective is Collective.ALL_TO_ALL:
+        return AbstractState(full, 0, 0, full)  # no cell exchanged yet, nothing to sum
     return AbstractState(0, 0, 0)
 
 
@@ -49,25 +57,27 @@ def is_goal(collective: Collective, state: AbstractState, num_cells: int) -> boo
         return state == AbstractState(full, full, 0)
     if collective is Collective.REDUCE:
         return state.X == full and state.Y == 0
-    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast
+    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast, all_to_all (every cell exchanged)
 
 
 def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
     """The state after step ``(op, S)``, or None if the step is invalid there."""
     if S == 0:
         return None
-    X, Y, Z = state.X, state.Y, state.Z
+    X, Y, Z, P = state.X, state.Y, state.Z, state.P
     untouched = S & X == 0
     if op is Collective.ALL_REDUCE:
-        return AbstractState(X | S, Y, Z) if untouched else None
+        return AbstractState(X | S, Y, Z, P) if untouched else None
     if op is Collective.REDUCE_SCATTER:
-        return AbstractState(X | S, Y | S, Z) if untouched else None
+        return AbstractState(X | S, Y | S, Z, P) if untouched else None
     if op is Collective.REDUCE:
-        return AbstractState(X | S, Y, Z | S) if untouched else None
+        return AbstractState(X | S, Y, Z | S, P) if untouched else None
     if op is Collective.ALL_GATHER:
-        return AbstractState(X, Y & ~S, Z) if S & ~Y == 0 else None
+        return AbstractState(X, Y & ~S, Z, P) if S & ~Y == 0 else None
+    if op is Collective.ALL_TO_ALL:  # every cell of S not yet exchanged; leaves them exchanged
+        return AbstractState(X, Y, Z, P & ~S) if S & ~P == 0 else None
     # broadcast
-    return AbstractState(X, Y, Z & ~S) if S & ~Z == 0 else None
+    return AbstractState(X, Y, Z & ~S, P) if S & ~Z == 0 else None
 
 
 def run(collective: Collective, num_cells: int, steps: list[tuple[Collective, int]]) -> AbstractState | None:
@@ -89,6 +99,7 @@ def successors(state: AbstractState, num_cells: int) -> Iterator[tuple[Collectiv
         Collective.REDUCE: full & ~state.X,
         Collective.ALL_GATHER: state.Y,
         Collective.BROADCAST: state.Z,
+        Collective.ALL_TO_ALL: state.P,
     }
     for op in OPS:
         mask = eligible[op]
@@ -123,26 +134,27 @@ def count_programs(collective: Collective, num_cells: int, max_steps: int) -> in
     return _count(collective, num_cells, max_steps)
 
 
-# status indices: untouched, summed, summed+scattered, summed+rooted, and a
-# fifth for all_gather's "scattered, nothing to sum" which behaves like 2.
-_U, _S, _SS, _SR = range(4)
+# status indices: untouched, summed, summed+scattered, summed+rooted, still to
+# exchange (all_to_all; an exchanged cell is "summed": nothing left to do).
+_U, _S, _SS, _SR, _P = range(5)
 
 
 @lru_cache(maxsize=None)
 def _count(collective: Collective, C: int, K: int) -> int:
     start = {
-        Collective.ALL_GATHER: (0, 0, C, 0),
-        Collective.BROADCAST: (0, 0, 0, C),
-    }.get(collective, (C, 0, 0, 0))
+        Collective.ALL_GATHER: (0, 0, C, 0, 0),
+        Collective.BROADCAST: (0, 0, 0, C, 0),
+        Collective.ALL_TO_ALL: (0, 0, 0, 0, C),
+    }.get(collective, (C, 0, 0, 0, 0))
 
-    def goal(n: tuple[int, int, int, int]) -> bool:
+    def goal(n: tuple[int, ...]) -> bool:
         if collective is Collective.REDUCE_SCATTER:
-            return n == (0, 0, C, 0)
+            return n == (0, 0, C, 0, 0)
         if collective is Collective.REDUCE:
             return n[_U] == 0 and n[_SS] == 0
-        return n == (0, C, 0, 0)
+        return n == (0, C, 0, 0, 0)
 
-    moves = [(_U, _S), (_U, _SS), (_U, _SR), (_SS, _S), (_SR, _S)]  # AR, RS, R, AG, B
+    moves = [(_U, _S), (_U, _SS), (_U, _SR), (_SS, _S), (_SR, _S), (_P, _S)]  # AR, RS, R, AG, B, A2A
 
     layer = {start: 1}
     total = 0

@@ -2,8 +2,11 @@
 
 It simulates every device: an ``active`` flag and a map chunk -> contribution
 set (which devices' inputs are summed into that chunk, as a bitmask over
-ranks). It knows nothing of the abstract cell statuses; it is the independent
-check every reported program must pass.
+ranks). For an all_to_all request a chunk is addressed instead: its id is the
+destination's reduced coordinate followed by the source's, and its value the
+source's rank bit; chunks are moved, never summed. It knows nothing of the
+abstract cell statuses; it is the independent check every reported program
+must pass.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class ConcreteChecker:
             elif col is Collective.BROADCAST:
                 is_root = not any(self.coord[r])
                 states.append(DeviceState(is_root, {k: 1 << r for k in self.all_chunks} if is_root else {}))
+            elif col is Collective.ALL_TO_ALL:  # chunk j addressed to the member whose coordinate is j
+                states.append(DeviceState(True, {k + self.coord[r]: 1 << r for k in self.all_chunks}))
             else:
                 states.append(DeviceState(True, {k: 1 << r for k in self.all_chunks}))
         return states
@@ -91,6 +96,8 @@ class ConcreteChecker:
                 want = {k: 1 << owner for k, owner in zip(self.all_chunks, self.members[r])}
             elif col is Collective.BROADCAST:
                 want = {k: 1 << root for k in self.all_chunks}
+            elif col is Collective.ALL_TO_ALL:  # one chunk from each member, each addressed to r
+                want = {self.coord[r] + self.coord[m]: 1 << m for m in self.members[r]}
             else:  # reduce: only the root is held to the goal
                 if r != root:
                     continue
@@ -114,6 +121,9 @@ class ConcreteChecker:
         if any(c not in positions for c in step.slice):
             raise InvalidStep(f"{step.op.value} slice has a cell that is not reduced")
         idx = [positions[c] for c in step.slice]
+        if (step.op is Collective.ALL_TO_ALL) != (self.request.collective is Collective.ALL_TO_ALL):
+            raise InvalidStep("all_to_all moves addressed chunks: it only applies to, and is the only step of, "
+                              "an all_to_all request")
         for members in self.groups(step):
             self._apply_group(states, step, members, idx)
 
@@ -131,6 +141,9 @@ class ConcreteChecker:
             return
         if not all(s.active for s in sts):
             raise InvalidStep(f"{op.value} on a group with inactive members")
+        if op is Collective.ALL_TO_ALL:
+            self._exchange(states, members, idx)
+            return
         if op is Collective.ALL_GATHER:
             keys = [set(s.chunks) for s in sts]
             if len({len(k) for k in keys}) != 1 or sum(len(k) for k in keys) != len(set().union(*keys)):
@@ -169,6 +182,27 @@ class ConcreteChecker:
             for m in members:
                 mine = tuple(self.coord[m][i] for i in idx)
                 states[m] = DeviceState(True, by_part[mine])
+
+    def _exchange(self, states: list[DeviceState], members: tuple[int, ...], idx: list[int]) -> None:
+        """all_to_all on one group: member m gets every chunk whose destination digits on the slice are m's.
+
+        Every member must send an equal, non-empty share to every member
+        (itself included): a cell already exchanged leaves nothing to send.
+        """
+        digits = [tuple(self.coord[m][i] for i in idx) for m in members]
+        shares = []
+        for m in members:
+            parts: dict[tuple[int, ...], dict] = {d: {} for d in digits}
+            for k, v in states[m].chunks.items():  # a chunk's destination digits on the slice pick its receiver
+                parts[tuple(k[i] for i in idx)][k] = v
+            if len({len(p) for p in parts.values()}) != 1 or not parts[digits[0]]:
+                raise InvalidStep("all_to_all needs an equal, non-empty share for every member")
+            shares.append(parts)
+        for m, d in zip(members, digits):
+            received: dict[tuple[int, ...], int] = {}
+            for parts in shares:
+                received.update(parts[d])
+            states[m] = DeviceState(True, received)
 
     def check(self, program: Program) -> CheckResult:
         """Run `program` on every device; ok iff every step is valid and the goal is reached."""

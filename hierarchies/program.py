@@ -14,13 +14,19 @@ from hierarchies.placement import Cell, Placement
 
 
 class Collective(str, Enum):
-    """The five collectives a step (or a request) can be."""
+    """The collectives a step (or a request) can be.
+
+    The first five move partial sums; ``ALL_TO_ALL`` moves addressed chunks
+    (every member sends a distinct chunk to every other member) and is never
+    mixed with them: an all_to_all request's programs are all_to_all steps only.
+    """
 
     ALL_REDUCE = "all_reduce"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_GATHER = "all_gather"
     REDUCE = "reduce"
     BROADCAST = "broadcast"
+    ALL_TO_ALL = "all_to_all"
 
     def __str__(self) -> str:
         return self.value
@@ -37,6 +43,7 @@ _SHORT = {
     Collective.ALL_GATHER: "AG",
     Collective.REDUCE: "R",
     Collective.BROADCAST: "B",
+    Collective.ALL_TO_ALL: "A2A",
 }
 
 

@@ -2,17 +2,19 @@
 
 A backend allocates buffers (float32 for timed runs, uint64 for check runs),
 copies host data in and out, repacks chunks locally, and turns an MPI sub-communicator into a :class:`GroupComm`
-with the five collectives. Every group call takes a source and a destination
+with the six collectives. Every group call takes a source and a destination
 buffer; passing the same object for both means in place. The root of every
 rooted call is position 0 of the group (the member with zero slice digits).
 
 * ``numpy``: host arrays and mpi4py's buffer methods (``Allreduce``,
-  ``Reduce_scatter_block``, ``Allgather``, ``Reduce``, ``Bcast``), never the
-  pickle-based lower-case calls. Always available.
+  ``Reduce_scatter_block``, ``Allgather``, ``Reduce``, ``Bcast``,
+  ``Alltoall``), never the pickle-based lower-case calls. Always available.
 * ``cupy``: device arrays and ``cupy.cuda.nccl``. One GPU per rank: the rank's
   position among the ranks of its node (``COMM_TYPE_SHARED``) picks the GPU.
   Each group's NCCL unique id is made on the group's root and broadcast over
-  the group's MPI sub-communicator. Calls are queued on one stream per rank;
+  the group's MPI sub-communicator. NCCL has no all-to-all collective: it is
+  one ``send`` and one ``recv`` per member (itself included) inside one
+  ``groupStart``/``groupEnd``. Calls are queued on one stream per rank;
   :meth:`Backend.synchronize` waits for it (done before every timer read).
 """
 
@@ -44,7 +46,7 @@ class BackendUnavailable(RuntimeError):
 
 
 class GroupComm(Protocol):
-    """The five collectives over one group of ranks; position 0 is the root."""
+    """The six collectives over one group of ranks; position 0 is the root."""
 
     def all_reduce(self, src: Any, dst: Any) -> None:
         """Element-wise sum over the group, into every member's `dst`."""
@@ -60,6 +62,9 @@ class GroupComm(Protocol):
 
     def broadcast(self, src: Any, dst: Any) -> None:
         """The root's `src` into every member's `dst`."""
+
+    def all_to_all(self, src: Any, dst: Any) -> None:
+        """Block j of every member's `src` to member j, into block i of `dst` for the block from member i."""
 
     def free(self) -> None:
         """Release the group's resources."""
@@ -127,6 +132,10 @@ class MpiGroup:
             np.copyto(dst, src)
         self.comm.Bcast(dst, root=0)
 
+    def all_to_all(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Block j of `src` to member j; block i of `dst` from member i (out of place)."""
+        self.comm.Alltoall(src, dst)
+
     def free(self) -> None:
         """Nothing to release: the executor frees the MPI sub-communicator."""
 
@@ -177,6 +186,7 @@ class NcclGroup:
         comm.Bcast(uid, root=0)
         self.nccl = nccl
         self.stream = stream.ptr
+        self.members = comm.Get_size()
         self.comm = nccl.NcclCommunicator(comm.Get_size(), tuple(int(b) for b in uid), comm.Get_rank())
         self.types = {DTYPE: nccl.NCCL_FLOAT32, CHECK_DTYPE: nccl.NCCL_UINT64}
         self.sum = nccl.NCCL_SUM
@@ -200,6 +210,20 @@ class NcclGroup:
     def broadcast(self, src: Any, dst: Any) -> None:
         """The root's `src` into every member's `dst` (ncclBroadcast is out of place)."""
         self.comm.broadcast(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], 0, self.stream)
+
+    def all_to_all(self, src: Any, dst: Any) -> None:
+        """Block j of `src` to member j; block i of `dst` from member i: grouped send/recv, one NCCL group call."""
+        members = self.members
+        block = src.size // members
+        step = block * src.itemsize
+        kind = self.types[src.dtype]
+        self.nccl.groupStart()
+        try:
+            for peer in range(members):
+                self.comm.send(src.data.ptr + peer * step, block, kind, peer, self.stream)
+                self.comm.recv(dst.data.ptr + peer * step, block, kind, peer, self.stream)
+        finally:
+            self.nccl.groupEnd()
 
     def free(self) -> None:
         """Destroy the NCCL communicator."""

@@ -35,6 +35,14 @@ reduce, 1 for all_gather and broadcast), so:
 * what keeps the index field (another set of ranks of the same size at the same
   index) changes the rank field unless a sum of pseudo-random tags collides
   (about one chance in ``2**(64 - B)``, and ``64 - B >= MIN_RANK_BITS``).
+
+For all_to_all nothing is summed (``n = 1``): the input is tagged as above, so
+chunk ``k`` of rank ``r``'s input, addressed to member ``k``, carries message
+indices ``k * chunk ..`` (its *destination*) in the index field and ``t(r)``
+(its *source*) in the rank field. Member ``q`` must end with, at place ``i``,
+the chunk of member ``i`` addressed to ``q``: a chunk with the wrong
+destination (or from another group, or misplaced inside the chunk) has the
+wrong index field, one from the wrong source the wrong rank field.
 """
 
 from __future__ import annotations
@@ -149,7 +157,7 @@ class TaggedData:
         return self._values(0, self.count, tag, 1)
 
     def expected(self) -> np.ndarray | None:
-        """The exact output of this rank: the group sum, its chunk of it, the owners' chunks or the root's input.
+        """The exact output of this rank: the group sum, its chunk of it, the owners' chunks, the chunks addressed to it, or the root's input.
 
         Only the root is checked after a reduce (the others' buffers are undefined).
         """
@@ -164,6 +172,9 @@ class TaggedData:
             return self._values(0, self.count, tags, group.size)
         if col is Collective.ALL_GATHER:
             return np.concatenate([self._values(k * self.chunk, (k + 1) * self.chunk, rank_tag(m), 1) for k, m in enumerate(group.members)])
+        if col is Collective.ALL_TO_ALL:  # place k: member k's chunk addressed to this rank
+            start = group.position * self.chunk
+            return np.concatenate([self._values(start, start + self.chunk, rank_tag(m), 1) for m in group.members])
         return self._values(0, self.count, rank_tag(group.root), 1)  # broadcast
 
 

@@ -9,12 +9,13 @@ makes the same collective calls (a fault never deadlocks the job). The kinds:
   reads; the input buffer is restored after the step).
 * ``skip-repack``: the first local repack (a transpose) copies the chunks in
   the order they are in instead of reordering them, on every rank.
-* ``reverse-blocks``: at the first reduce_scatter or all_gather step, every
-  rank reverses the block order: a reduce_scatter hands member ``j`` the block
-  of member ``k - 1 - j`` (``k`` members), an all_gather stores the blocks last
-  member first.
+* ``reverse-blocks``: at the first reduce_scatter, all_gather or all_to_all
+  step, every rank reverses the block order: a reduce_scatter hands member
+  ``j`` the block of member ``k - 1 - j`` (``k`` members), an all_gather or an
+  all_to_all stores the blocks last member first.
 * ``drop-contribution``: at the first summing step (all_reduce, reduce_scatter,
-  reduce), rank 0 contributes zeros instead of its data.
+  reduce), rank 0 contributes zeros instead of its data. Not applicable to an
+  all_to_all, which sums nothing (nor to all_gather or broadcast).
 * ``double-contribution``: at the first summing step, rank 0 contributes twice
   its data.
 * ``wrong-slice``: the first step that has another slice to run over runs over
@@ -46,7 +47,8 @@ from runtime.layout import Exchange, LayoutPlan, Transpose, held_chunks
 
 VICTIM = 0  # the rank that swaps, drops or doubles
 SUMMING_OPS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)
-BLOCK_OPS = (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)
+BLOCK_OPS = (Collective.REDUCE_SCATTER, Collective.ALL_GATHER)  # whose buffer sizes depend on the group size
+BLOCK_ORDER_OPS = BLOCK_OPS + (Collective.ALL_TO_ALL,)  # whose blocks are in member order
 
 
 class FaultKind(str, Enum):
@@ -71,7 +73,7 @@ class FaultKind(str, Enum):
 _NEEDS = {
     FaultKind.SWAP_CHUNKS: "a step at which a rank holds two chunks or more",
     FaultKind.SKIP_REPACK: "a local repack",
-    FaultKind.REVERSE_BLOCKS: "a reduce_scatter or all_gather step",
+    FaultKind.REVERSE_BLOCKS: "a reduce_scatter, all_gather or all_to_all step",
     FaultKind.DROP_CONTRIBUTION: "a summing step (all_reduce, reduce_scatter, reduce)",
     FaultKind.DOUBLE_CONTRIBUTION: "a summing step (all_reduce, reduce_scatter, reduce)",
     FaultKind.WRONG_SLICE: "a step with another slice to run over (two reduced cells or more)",
@@ -113,7 +115,7 @@ def place_fault(kind: FaultKind, placement: Placement, request: Request, plan: L
         op = action.step.op
         if kind is FaultKind.SWAP_CHUNKS and held_chunks(placement, action.before) >= 2:
             return Fault(kind, index)
-        if kind is FaultKind.REVERSE_BLOCKS and op in BLOCK_OPS:
+        if kind is FaultKind.REVERSE_BLOCKS and op in BLOCK_ORDER_OPS:
             return Fault(kind, index)
         if kind in (FaultKind.DROP_CONTRIBUTION, FaultKind.DOUBLE_CONTRIBUTION) and op in SUMMING_OPS:
             return Fault(kind, index)

@@ -16,14 +16,24 @@ The MPI/NCCL buffer calls fix two orders:
 * ``all_gather`` over ``S`` concatenates the members' blocks in member order,
   so afterwards ``S`` leads, followed by the previous layout.
 
+* ``all_to_all`` over ``S`` sends member ``j`` the ``j``-th contiguous block
+  and puts the block received from member ``i`` at place ``i``, so ``S`` must
+  lead the layout, in slice order, as for reduce_scatter; the layout stays
+  (its ``S`` digits now name the source instead of the destination: an
+  all_to_all request holds every chunk throughout, each cell's digit being the
+  destination's before the cell is exchanged and the source's after).
+
 ``all_reduce``, ``reduce`` and ``broadcast`` work on the buffer as it is. Where
 a reduce_scatter finds its slice not leading, or the program ends in another
-order than the result needs, the plan inserts a :class:`Transpose` (a local
+order than the result needs (an all_to_all finds its slice not leading
+likewise), the plan inserts a :class:`Transpose` (a local
 copy); nowhere else. ``all_reduce``, ``reduce`` and ``broadcast`` requests
 are element-wise, so their input order is ours to choose (it must only equal
 the output order); reduce_scatter requests take the canonical order as input
 and all_gather requests give it as output (chunk ``k`` = the owner whose
-reduced coordinate is ``k``, cells in cell order, first most significant).
+reduced coordinate is ``k``, cells in cell order, first most significant);
+all_to_all requests do both (input chunk ``k`` is addressed to the member
+whose coordinate is ``k``, output chunk ``k`` came from it).
 """
 
 from __future__ import annotations
@@ -96,6 +106,8 @@ def plan_layout(placement: Placement, request: Request, program: Program) -> Lay
         return _walk(program, (), cells)
     if collective is Collective.REDUCE_SCATTER:
         return _walk(program, cells, ())
+    if collective is Collective.ALL_TO_ALL:
+        return _walk(program, cells, cells)
     starts = dict.fromkeys([cells, _scatter_order(program, cells)])
     plans = [_walk(program, s, s) for s in starts]
     return min(plans, key=lambda p: _repacked(placement, p))
@@ -112,14 +124,14 @@ def _walk(program: Program, start: Layout, end: Layout) -> LayoutPlan:
     layout = start
     actions: list[Action] = []
     for step in program.steps:
-        if step.op is Collective.REDUCE_SCATTER:
+        if step.op in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
             if not set(step.slice) <= set(layout):
-                raise LayoutError(f"reduce_scatter over cells that are already scattered: {step}")
+                raise LayoutError(f"{step.op.value} over cells that are already scattered: {step}")
             if layout[: len(step.slice)] != step.slice:
                 target = step.slice + tuple(c for c in layout if c not in step.slice)
                 actions.append(Transpose(layout, target))
                 layout = target
-            after = layout[len(step.slice) :]
+            after = layout[len(step.slice) :] if step.op is Collective.REDUCE_SCATTER else layout
         elif step.op is Collective.ALL_GATHER:
             if set(step.slice) & set(layout):
                 raise LayoutError(f"all_gather over cells that are not scattered: {step}")

@@ -4,8 +4,8 @@ Bandwidths follow nccl-tests (doc/PERFORMANCE.md): ``algbw = S / t`` with
 ``S`` the message size (the full gathered/scattered buffer for all_gather
 and reduce_scatter), GB = 1e9 bytes; ``busbw = algbw * factor(n)`` with the
 factor of the *requested* collective and ``n`` the reduction group size:
-``2(n-1)/n`` for all_reduce, ``(n-1)/n`` for reduce_scatter and all_gather,
-1 for reduce and broadcast. For hierarchical programs busbw is only a
+``2(n-1)/n`` for all_reduce, ``(n-1)/n`` for reduce_scatter, all_gather and
+all_to_all, 1 for reduce and broadcast. For hierarchical programs busbw is only a
 normalisation; compare programs by time.
 """
 
@@ -21,7 +21,7 @@ def bus_factor(collective: Collective, n: int) -> float:
     """nccl-tests' bus bandwidth factor of `collective` over `n` ranks."""
     if collective is Collective.ALL_REDUCE:
         return 2 * (n - 1) / n
-    if collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
+    if collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
         return (n - 1) / n
     return 1.0
 

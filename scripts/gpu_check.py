@@ -9,7 +9,7 @@ against numpy and exactly (bit for bit):
    shapes and axis orders, on whole buffers and on the prefix views the
    executor uses), for float32 and uint64 random data;
 2. nccl: a one-rank NCCL communicator (runtime/backends.py ``NcclGroup`` over
-   ``MPI.COMM_SELF``) running each of the five collectives on random float32
+   ``MPI.COMM_SELF``) running each of the six collectives on random float32
    and uint64 data, out of place and, for the calls the runtime makes in place
    (all_reduce, reduce, broadcast), in place: on one rank each result is the input;
 3. bench: ``runtime.bench --backend cupy`` in this process (an MPI singleton)

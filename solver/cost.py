@@ -150,6 +150,43 @@ def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Seque
     return alg.ite(shared > per_device, shared, per_device)
 
 
+def all_to_all_time(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any]) -> Any:
+    """Seconds of one all_to_all step, in both cost models: a message per peer, ``(k-1)/k`` of the data out.
+
+    Latency: one ``alpha`` per peer, of the outermost level at which the peer
+    differs (``K(>=l) - K(>l)`` peers at level ``l``, ``K(>=l)`` the product of
+    the slice's factors at levels ``>= l``). Bandwidth: every member sends its
+    own data (nothing spreads over a unit's members); across level ``l`` go the
+    chunks addressed outside the member's level-``l`` unit, ``m (1 - 1/K(<=l))``,
+    with the shared-uplink rule; the slowest spanned level. A flat step over
+    ``K`` outer units of ``g`` devices thus pays ``g (K-1)`` slow-level
+    latencies where the hierarchical program pays ``K-1``, for the same bytes
+    across the slow level (docs/model.md, "All-to-all").
+    """
+    h = placement.hierarchy
+    factors, levels = shape.factors, shape.levels
+
+    def product(keep) -> Any:
+        k = 1.0
+        for s, p, lv in zip(S, factors, levels):
+            if keep(lv):
+                k = alg.ite(s, k * p, k)
+        return k
+
+    latency, worst = 0.0, 0.0
+    for l in range(len(h.levels)):
+        if not any(lv == l for lv in levels):
+            continue
+        latency = latency + (product(lambda lv: lv >= l) - product(lambda lv: lv > l)) * h.links[l].latency
+        out = shape.m
+        for s, p, lv in zip(S, factors, levels):
+            if lv <= l:
+                out = alg.ite(s, out * (1.0 / p), out)
+        t = level_time(alg, placement, l, shape.m - out, S, Z, factors, levels, spread_over_group=False)
+        worst = alg.ite(shape.spans[l], alg.ite(t > worst, t, worst), worst)
+    return latency + worst
+
+
 @dataclass(frozen=True)
 class AlphaBeta:
     """First cost model: per-level alpha-beta with collective volume factors.
@@ -165,6 +202,7 @@ class AlphaBeta:
       level-``l`` unit is ``V`` per group crossing it; with ``A`` active devices
       in a unit and ``g`` group members in it, ``A/g`` groups cross at once, on
       ``min(uplink, A * bandwidth)`` bytes/s. The step takes the slowest level.
+    * all_to_all: :func:`all_to_all_time` (latency per peer, no spreading).
     """
 
     placement: Placement
@@ -175,6 +213,8 @@ class AlphaBeta:
         """Predicted seconds of one step (see the class docstring)."""
         h = self.placement.hierarchy
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
+        if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
+            return all_to_all_time(alg, self.placement, shape, S, Z)
         factors, levels, spans = shape.factors, shape.levels, shape.spans
         m, m_over_k, m_times_k, k = shape.m, shape.m_over_k, shape.m_times_k, shape.k
 

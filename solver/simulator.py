@@ -13,6 +13,8 @@ the emulated cluster call for (see ``docs/simulator.md``):
   CPU (``Hierarchy.reduce_GBps``; none on GPUs, where it hides under transfer);
 * a fixed per-step overhead (``Hierarchy.step_overhead_us``): launching one
   collective on a sub-communicator, measured on the runtime;
+* all_to_all: pairwise exchange, one message per peer (``solver.cost.all_to_all_time``,
+  shared with AlphaBeta), plus the per-step overhead;
 * flat groups: one collective over a group spanning several levels runs
   rank-order recursive halving / doubling (Open MPI's Rabenseifner), so every
   member's outer rounds cross the outer links, shared by the unit's devices
@@ -32,7 +34,7 @@ from typing import Any
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
-from solver.cost import Algebra, level_time, step_shape
+from solver.cost import Algebra, all_to_all_time, level_time, step_shape
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -61,6 +63,8 @@ class Simulator:
         cells = self.request.reduced_cells(self.placement)
         h = self.placement.hierarchy
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
+        if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
+            return all_to_all_time(alg, self.placement, shape, S, Z) + (h.step_overhead_us or 0.0) * 1e-6
         factors, levels, spans = shape.factors, shape.levels, shape.spans
         m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
 

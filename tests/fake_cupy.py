@@ -4,7 +4,10 @@
 ``sys.modules``. Arrays are numpy arrays in host memory whose ``data.ptr`` is
 their real address; the NCCL communicator supports one rank only, where every
 collective is a copy of ``count`` elements from the send to the receive
-address (ctypes.memmove), as real NCCL does on one rank. ``install(broken=OP)``
+address (ctypes.memmove), as real NCCL does on one rank; ``send``/``recv`` to
+oneself must sit inside ``groupStart``/``groupEnd`` (as NCCL requires for a
+send and its matching receive on one rank), and ``groupEnd`` pairs them in
+order and copies. ``install(broken=OP)``
 makes the communicator's OP copy one element short, to show the check fails.
 
 What this does NOT exercise: device memory and its copies, stream ordering,
@@ -103,8 +106,44 @@ class NcclCommunicator:
     def broadcast(self, send, recv, count, dtype, root, stream):
         self._copy("broadcast", send, recv, count, dtype)
 
+    def send(self, send, count, dtype, peer, stream):
+        """Queue a send to `peer` (0, oneself) until groupEnd."""
+        _queue("send", peer, send, count - (self.broken == "send"), dtype)
+
+    def recv(self, recv, count, dtype, peer, stream):
+        """Queue a receive from `peer` (0, oneself) until groupEnd."""
+        _queue("recv", peer, recv, count, dtype)
+
     def destroy(self):
         """Nothing to release."""
+
+
+_GROUP = {"depth": 0, "send": [], "recv": []}
+
+
+def _queue(kind, peer, ptr, count, dtype):
+    if _GROUP["depth"] == 0 or peer != 0:
+        raise RuntimeError("the fake NCCL's send/recv go to oneself (peer 0) inside groupStart/groupEnd")
+    _GROUP[kind].append((ptr, count, dtype))
+
+
+def group_start():
+    """ncclGroupStart."""
+    _GROUP["depth"] += 1
+
+
+def group_end():
+    """ncclGroupEnd: at the outermost end, every queued send lands in the matching queued receive, in order."""
+    _GROUP["depth"] -= 1
+    if _GROUP["depth"]:
+        return
+    sends, recvs = _GROUP["send"], _GROUP["recv"]
+    if len(sends) != len(recvs):
+        raise RuntimeError(f"{len(sends)} sends but {len(recvs)} receives in one NCCL group")
+    for (src, count, dtype), (dst, room, _) in zip(sends, recvs):
+        ctypes.memmove(dst, src, min(count, room) * ITEMSIZE[dtype])
+    sends.clear()
+    recvs.clear()
 
 
 def install(broken: str | None = None) -> None:
@@ -114,6 +153,7 @@ def install(broken: str | None = None) -> None:
     nccl.NCCL_FLOAT32, nccl.NCCL_UINT64, nccl.NCCL_SUM = NCCL_FLOAT32, NCCL_UINT64, NCCL_SUM
     nccl.NcclCommunicator = type("NcclCommunicator", (NcclCommunicator,), {"broken": broken})
     nccl.get_unique_id = lambda: (0,) * 128
+    nccl.groupStart, nccl.groupEnd = group_start, group_end
     nccl.get_version = lambda: 0
     runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"fake GPU (numpy)"})
     cuda = types.ModuleType("cupy.cuda")

@@ -32,11 +32,12 @@ def requests(draw, placement: Placement) -> Request:
 
 
 @st.composite
-def random_programs(draw, placement: Placement, request: Request, max_steps: int = 4) -> Program:
-    """A random (usually invalid) program over the request's reduced cells."""
+def random_programs(draw, placement: Placement, request: Request, max_steps: int = 4,
+                    ops: list[Collective] | None = None) -> Program:
+    """A random (usually invalid) program over the request's reduced cells, its steps' ops from `ops` (default all)."""
     cells = request.reduced_cells(placement)
     steps = draw(st.lists(
-        st.tuples(st.sampled_from(list(Collective)), st.sets(st.sampled_from(cells), min_size=1)),
+        st.tuples(st.sampled_from(ops or list(Collective)), st.sets(st.sampled_from(cells), min_size=1)),
         min_size=1, max_size=max_steps,
     ))
     return Program(tuple(Step(op, tuple(sorted(s))) for op, s in steps))

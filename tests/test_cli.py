@@ -64,6 +64,22 @@ def test_top_all_lists_exactly_49_verified_programs(tmp_path):
     assert "RS(data@gpu) -> AR(data@node) -> AG(data@gpu)" in r.stdout
 
 
+def test_all_to_all_on_node2_gpu4_lists_exactly_the_three_programs_all_checked(tmp_path):
+    out = tmp_path / "result.json"
+    r = run("examples/all-to-all-2x4.json", "--top", "all", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    (pl,) = json.loads(out.read_text())["placements"]
+    assert pl["program_count"] == 3 and pl["optimal"] is True and all(p["verified"] for p in pl["programs"])
+    node, gpu = ["data", "node"], ["data", "gpu"]
+    a2a = lambda *cells: {"op": "all_to_all", "slice": list(cells)}
+    assert sorted(map(json.dumps, (p["steps"] for p in pl["programs"]))) == sorted(map(json.dumps, [
+        [a2a(node, gpu)], [a2a(node), a2a(gpu)], [a2a(gpu), a2a(node)]]))
+    assert pl["default"]["steps"] == [a2a(node, gpu)]
+    # at 64 KiB the hierarchical programs win: fewer, larger messages across the nodes
+    assert len(pl["programs"][0]["steps"]) == 2 and pl["default"]["cost_s"] > pl["programs"][0]["cost_s"]
+    assert "A2A(data@node) -> A2A(data@gpu)" in r.stdout
+
+
 def test_bundled_example_runs(tmp_path):
     r = run("examples/dgx-a100-dp-tp.json", "--out", str(tmp_path / "r.json"))
     assert r.returncode == 0, r.stderr
@@ -82,7 +98,7 @@ def test_bundled_example_runs(tmp_path):
     ({**BASE, "hierarchy": "dgx-z100"}, "hierarchy: unknown system 'dgx-z100'; use one of"),
     ({**BASE, "hierarchy": {"system": "dgx-zz", "nodes": 1}}, "hierarchy.system: unknown system 'dgx-zz'"),
     ({**BASE, "colective": "x"}, "colective: unknown field"),
-    ({**BASE, "request": {"axes": ["data"], "collective": "all_to_all"}}, "request.collective: Input should be"),
+    ({**BASE, "request": {"axes": ["data"], "collective": "alltoall"}}, "request.collective: Input should be"),
     ({**BASE, "placements": [[[4, 2]]]}, "placements.0: column of level 'node' multiplies to 4"),
     ({**BASE, "max_steps": 0}, "max_steps: Input should be greater than or equal to 1"),
     ({k: v for k, v in BASE.items() if k != "request"}, "request/workload: give exactly one of 'request' or 'workload'"),

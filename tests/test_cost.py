@@ -6,7 +6,7 @@ from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from hierarchies.abstract import AbstractState
 from solver.cost import AlphaBeta, step_seconds
 
-AR, RS, AG, R, B = Collective
+AR, RS, AG, R, B, A2A = Collective
 M = float(1 << 28)
 NODE_BW, UPLINK, GPU_BW, NODE_LAT, GPU_LAT = 12.5e9, 50e9, 100e9, 14e-6, 3.4e-6
 
@@ -45,3 +45,32 @@ def test_flat_all_reduce_spreads_over_the_node_and_shares_the_uplink():
     gpu = volume / GPU_BW
     want = 2 * 31 * NODE_LAT + max(node, gpu)
     assert math.isclose(_t(AR, 0b11, AbstractState(0, 0, 0)), want, rel_tol=1e-12)
+
+
+def test_flat_all_to_all_pays_a_latency_per_peer_and_every_device_on_the_uplink():
+    # 32 members: 24 peers in other nodes (node latency), 7 in the same node (GPU latency). 3/4 of each
+    # device's data leaves its node, all 8 devices of a node at once through the 50 GB/s uplink.
+    node = max(3 / 4 * M * 8 / UPLINK, 3 / 4 * M / NODE_BW)
+    gpu = 31 / 32 * M / GPU_BW
+    want = 24 * NODE_LAT + 7 * GPU_LAT + max(node, gpu)
+    assert math.isclose(_t(A2A, 0b11, AbstractState(0b11, 0, 0, 0b11), A2A), want, rel_tol=1e-12)
+
+
+def test_hierarchical_all_to_all_sends_fewer_larger_messages_across_nodes():
+    across = _t(A2A, 0b01, AbstractState(0b11, 0, 0, 0b11), A2A)
+    inside = _t(A2A, 0b10, AbstractState(0b11, 0, 0, 0b01), A2A)
+    assert math.isclose(across, 3 * NODE_LAT + 3 / 4 * M * 8 / UPLINK, rel_tol=1e-12)
+    assert math.isclose(inside, 7 * GPU_LAT + 7 / 8 * M / GPU_BW, rel_tol=1e-12)
+
+
+def test_hierarchical_all_to_all_wins_small_and_loses_large_messages():
+    def times(m: float) -> tuple[float, float]:
+        model = AlphaBeta(_dgx1_like(), Request(frozenset({0}), A2A), m)
+        flat = step_seconds(model, AbstractState(0b11, 0, 0, 0b11), A2A, 0b11, 2)
+        hier = (step_seconds(model, AbstractState(0b11, 0, 0, 0b11), A2A, 0b01, 2)
+                + step_seconds(model, AbstractState(0b11, 0, 0, 0b01), A2A, 0b10, 2))
+        return flat, hier
+    flat, hier = times(64 * 1024)  # latency-bound: 31 messages vs 3 + 7
+    assert hier < flat
+    flat, hier = times(M)  # bandwidth-bound: the same bytes cross the uplink, plus an extra pass inside
+    assert flat < hier

@@ -138,8 +138,33 @@ def test_cases_cover_the_classic_hierarchical_programs() -> None:
         "node2-gpu4.data8/data/all_reduce/AR(data@node,data@gpu)",
         "node2-gpu4.data8/data/all_reduce/RS(data@gpu)->AR(data@node)->AG(data@gpu)",
         "node2-gpu4.data8/data/all_reduce/R(data@gpu)->AR(data@node)->B(data@gpu)",
+        "node2-gpu4.data8/data/all_to_all/A2A(data@node,data@gpu)",
+        "node2-gpu4.data8/data/all_to_all/A2A(data@node)->A2A(data@gpu)",
+        "node2-gpu4.data8/data/all_to_all/A2A(data@gpu)->A2A(data@node)",
     ]
     assert set(wanted) <= set(ENTRY_IDS)
+
+
+def test_all_to_all_exports_call_the_frameworks_all_to_all_over_each_step_group() -> None:
+    placement = PLACEMENTS[0]
+    node, gpu = placement.cells
+    request = Request(frozenset({0}), Collective.ALL_TO_ALL)
+    program = Program((Step(Collective.ALL_TO_ALL, (node,)), Step(Collective.ALL_TO_ALL, (gpu,))))
+    torch_src = export_torch(placement, [("token_dispatch", request, program, 1 << 20)])
+    assert "dist.all_to_all_single(out.view(-1), send.view(-1), group=group)" in torch_src
+    assert 'x = _all_to_all(x, mesh.get_group("data@node"), lead=(0,))' in torch_src
+    assert 'x = _all_to_all(x, mesh.get_group("data@gpu"), lead=(1,))' in torch_src
+    assert "x = _chunked(tensor, (2, 4))  # buffer [data@node, data@gpu, *]" in torch_src
+    assert torch_src.rstrip().endswith('"token_dispatch": token_dispatch,\n}')
+    jax_src = export_jax(placement, [("token_dispatch", request, program, 1 << 20)])
+    assert "out = lax.all_to_all(send.reshape(-1), axes, 0, 0, tiled=True)" in jax_src
+    assert 'x = _all_to_all(x, ("data@node",), lead=(0,))' in jax_src and 'x = _all_to_all(x, ("data@gpu",), lead=(1,))' in jax_src
+    assert "import jax.numpy as jnp" in jax_src
+    flat = Program((Step(Collective.ALL_TO_ALL, (node, gpu)),))
+    torch_flat = export_torch(placement, [("a2a", request, flat, 1 << 20)])
+    assert 'x = _all_to_all(x, _FLAT_GROUPS[("data@node", "data@gpu")], lead=(0, 1))' in torch_flat
+    for source in (torch_src, jax_src, torch_flat):
+        compile(source, "plan.py", "exec")
 
 
 # -- expected results (the plain collective over the whole reduction group) ---
@@ -186,6 +211,8 @@ def expected(placement: Placement, request: Request, inputs: np.ndarray) -> dict
             out[r] = np.concatenate([inputs[m] for m in members])
         elif col is Collective.BROADCAST:
             out[r] = inputs[members[0]]
+        elif col is Collective.ALL_TO_ALL:  # chunk k: member k's chunk addressed to r
+            out[r] = np.concatenate([inputs[m].reshape(len(members), -1, inputs.shape[-1])[coords[r]] for m in members])
     return out
 
 
@@ -367,6 +394,12 @@ def simulate_group(step, members: list[int], xs: dict[int, np.ndarray]) -> None:
         rest = total.shape[len(front):]
         for i, m in enumerate(members):
             xs[m] = total.reshape(len(members), -1)[i].reshape(rest)
+    elif step.op is Collective.ALL_TO_ALL:  # block i of member j's send goes to member i, at place j
+        sends = [np.moveaxis(xs[m], step.lead, front) for m in members]
+        k = len(members)
+        for i, m in enumerate(members):
+            got = np.stack([s.reshape(k, -1)[i] for s in sends]).reshape(sends[i].shape)
+            xs[m] = np.moveaxis(got, front, step.lead)
     else:  # all_gather
         gathered = np.concatenate([xs[m].reshape(-1) for m in members]).reshape(*step.sizes, *xs[members[0]].shape)
         for m in members:

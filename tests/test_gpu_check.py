@@ -41,11 +41,12 @@ def test_on_the_fake_cupy_every_check_runs_and_passes():
     job = run(["-c", WITH_FAKE.format(None)])
     assert job.returncode == 0, job.stdout + job.stderr
     [line] = job.stdout.splitlines()
-    assert line.startswith("gpu_check: ok: fake GPU (numpy), CuPy fake, NCCL 0: buffers 48 checks, nccl 16 one-rank collectives, "
-                           "bench 5 one-device plans, all exact, in ")
+    assert line.startswith("gpu_check: ok: fake GPU (numpy), CuPy fake, NCCL 0: buffers 48 checks, nccl 18 one-rank collectives, "
+                           "bench 6 one-device plans, all exact, in ")
 
 
-@pytest.mark.parametrize("op, what", [("allGather", "nccl all_gather float32 out of place"), ("broadcast", "nccl broadcast float32 out of place")])
+@pytest.mark.parametrize("op, what", [("allGather", "nccl all_gather float32 out of place"), ("broadcast", "nccl broadcast float32 out of place"),
+                                      ("send", "nccl all_to_all float32 out of place")])
 def test_a_wrong_collective_fails_the_check_in_one_line(op, what):
     job = run(["-c", WITH_FAKE.format(op)])
     assert job.returncode == 1

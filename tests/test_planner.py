@@ -97,6 +97,22 @@ def test_bundled_workload_examples_plan(example, tmp_path):
     assert all(q["programs"][0]["verified"] for p in result["placements"] for q in p["requests"])
 
 
+def test_moe_example_exchanges_tokens_with_a_hierarchical_all_to_all(tmp_path):
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "solver.run", "examples/moe-on-dgx-h100.json", "--quiet", "--top", "3", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    best = json.loads(out.read_text())["placements"][0]
+    assert best["description"] == "data=[gpu 2] expert=[node 4, gpu 2] tensor=[gpu 2]"
+    for name in ("token_dispatch", "token_combine"):
+        q = next(q for q in best["requests"] if q["name"] == name)
+        assert q["request"] == {"axes": ["expert"], "collective": "all_to_all"} and q["count"] == 48
+        assert q["program_count"] == 3 and all(p["verified"] for p in q["programs"])
+        steps = [(s["op"], s["slice"]) for s in q["programs"][0]["steps"]]
+        assert steps == [("all_to_all", [["expert", "node"]]), ("all_to_all", [["expert", "gpu"]])]
+        assert q["default"]["cost_s"] / q["programs"][0]["cost_s"] > 1.15
+
+
 def test_duplicate_request_names_are_rejected(tmp_path):
     spec = {**SPEC, "workload": [SPEC["workload"][0], SPEC["workload"][0]]}
     path = tmp_path / "w.json"

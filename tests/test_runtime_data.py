@@ -121,6 +121,8 @@ def test_expected_is_the_wrapping_sum_of_the_inputs(run):
             want = np.concatenate([inputs[m] for m in g.members])
         elif col is Collective.BROADCAST:
             want = inputs[g.root]
+        elif col is Collective.ALL_TO_ALL:  # place i: member i's chunk addressed to this rank
+            want = np.concatenate([inputs[m][g.position * d.chunk : (g.position + 1) * d.chunk] for m in g.members])
         else:
             want = wrapping_sum([inputs[m] for m in g.members])
             if col is Collective.REDUCE_SCATTER:
@@ -133,16 +135,24 @@ def test_expected_is_the_wrapping_sum_of_the_inputs(run):
 
 @given(runs())
 def test_expected_elements_are_equal_only_when_they_are_the_same_element(run):
-    """Across all ranks of a run, two expected elements' index fields are equal iff they are the same (group, message index)."""
+    """Across all ranks of a run, two expected elements' index fields are equal iff they are the same (group, message index).
+
+    For all_to_all the message index is the destination's (the places of one
+    rank's output differ by source, which the rank field tells apart: checked too).
+    """
     placement, request, count = run
+    a2a = request.collective is Collective.ALL_TO_ALL
     values, idents = [], []
     for d in data_of(placement, request, count):
         got = d.expected()
         if got is None:
             continue
-        start = d.group.position * d.chunk if request.collective is Collective.REDUCE_SCATTER else 0
+        start = d.group.position * d.chunk if request.collective is Collective.REDUCE_SCATTER or a2a else 0
         values.append(got)
-        idents.append(d.group.index * count + start + np.arange(got.size))
+        idents.append(d.group.index * count + start + (np.arange(got.size) % d.chunk if a2a else np.arange(got.size)))
+        if a2a:  # same destination index, one place per source: the whole values differ
+            by_place = got.reshape(d.group.size, d.chunk)
+            assert all(len(set(by_place[:, e].tolist())) == d.group.size for e in range(d.chunk))
     values, idents = index_field(np.concatenate(values), placement, count), np.concatenate(idents)
     for key, other in ((values, idents), (idents, values)):
         order = np.argsort(key, kind="stable")

@@ -1,6 +1,6 @@
 """Fault injection (runtime/faults.py, ``runtime.bench --inject``): where each kind applies, and that the check sees it.
 
-The MPI test runs every KIND on every program of the small cases of all five
+The MPI test runs every KIND on every program of the small cases of all six
 collectives (tests/runtime_support.py CASES), one mpiexec job per case, and
 asserts that every run the fault struck is detected and every other program is
 reported not applicable (and ran exact, as a control). scripts/fault_audit.py
@@ -32,6 +32,7 @@ from tests.runtime_support import (
 
 SUMMING = {Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE}
 BLOCKS = {Collective.REDUCE_SCATTER, Collective.ALL_GATHER}
+BLOCK_ORDER = BLOCKS | {Collective.ALL_TO_ALL}
 
 
 def applies(kind: FaultKind, placement, request, program: Program) -> bool:
@@ -44,7 +45,7 @@ def applies(kind: FaultKind, placement, request, program: Program) -> bool:
     if kind is FaultKind.SKIP_REPACK:
         return plan_layout(placement, request, program).transposes > 0
     if kind is FaultKind.REVERSE_BLOCKS:
-        return any(op in BLOCKS for op in ops)
+        return any(op in BLOCK_ORDER for op in ops)
     if kind in (FaultKind.DROP_CONTRIBUTION, FaultKind.DOUBLE_CONTRIBUTION):
         return any(op in SUMMING for op in ops)
     others = lambda s: [o for n in range(1, len(cells) + 1) for o in combinations(cells, n) if o != s]  # noqa: E731

@@ -19,6 +19,7 @@ from hierarchies.cli import quote
 from hierarchies import Collective, Program, default_program
 from tests.runtime_support import (
     CASES,
+    EACH,
     MPI_ENV,
     NO_CHECKER,
     ROOT,
@@ -102,6 +103,24 @@ def test_the_solver_result_runs_as_it_is(tmp_path):
     assert [r["program"]["steps"] for r in results] == wanted
     assert results[0]["predicted_s"] == entry["default"]["cost_s"]
     assert all(r["wrong"] == 0 and r["bytes"] == 65536 for r in results)
+
+
+def test_all_to_all_node2_gpu4_every_program_runs_exactly_and_bad_bytes_exit_2(tmp_path):
+    """The issue's done-means case: the solver lists the 3 programs, mpiexec -n 8 runs each with 0 wrong elements."""
+    plan, out = tmp_path / "plan.json", tmp_path / "bench.json"
+    solve = subprocess.run([sys.executable, "-m", "solver.run", "examples/all-to-all-2x4.json", "--quiet", "--top", "all",
+                            "--out", str(plan)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert solve.returncode == 0, solve.stderr
+    calls = [f"{plan} --top all --bytes 4K:64K:4 --warmup 0 --iters 1 --repeats 1 --out {out}", f"{plan} --bytes 16"]
+    job = run_mpi(8, ["-c", EACH, *calls], timeout=120)
+    assert job.returncode == 0, job.stderr
+    assert json.loads(job.stdout.splitlines()[-1]) == [0, 2]
+    assert _errors(job.stderr) == ["error: 16 bytes is less than one float32 per chunk for 8 chunks"]
+    results = json.loads(out.read_text())["results"]
+    ran = {(r["bytes"], json.dumps(r["program"]["steps"])) for r in results}
+    steps = {json.dumps(p["steps"]) for p in json.loads(plan.read_text())["placements"][0]["programs"]}
+    assert len(steps) == 3 and ran == {(b, s) for b in (4096, 16384, 65536) for s in steps}
+    assert len(results) == 9 and all(r["wrong"] == 0 and r["wrong_timed"] == 0 for r in results)
 
 
 KNOWN_VALUES = """

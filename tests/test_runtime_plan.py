@@ -76,6 +76,7 @@ def test_sizes():
 def test_bus_factors_are_nccl_tests():
     assert bus_factor(Collective.ALL_REDUCE, 8) == 2 * 7 / 8
     assert bus_factor(Collective.REDUCE_SCATTER, 8) == bus_factor(Collective.ALL_GATHER, 8) == 7 / 8
+    assert bus_factor(Collective.ALL_TO_ALL, 8) == 7 / 8  # nccl-tests alltoall_perf
     assert bus_factor(Collective.REDUCE, 8) == bus_factor(Collective.BROADCAST, 8) == 1.0
 
 

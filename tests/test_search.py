@@ -16,7 +16,7 @@ from solver.search import solve
 from hierarchies.verify import Verifier, miniature
 from tests.strategies import placements, requests
 
-AR, RS, AG, R, B = Collective
+AR, RS, AG, R, B, A2A = Collective
 
 
 def _with_links(p: Placement, draw) -> Placement:

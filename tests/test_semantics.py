@@ -12,7 +12,7 @@ from hierarchies.concrete import ConcreteChecker, InvalidStep, check_program
 from hierarchies.program import to_program
 from tests.strategies import placements, random_programs, requests
 
-AR, RS, AG, R, B = Collective
+AR, RS, AG, R, B, A2A = Collective
 
 
 @pytest.mark.parametrize("cells,counts", [
@@ -147,3 +147,96 @@ def test_every_abstractly_valid_program_is_concretely_correct(case):
 def test_z3_program_set_equals_explicit_enumeration(col, cells, steps):
     z3_set = set(ProgramSketch(col, cells, steps).enumerate())
     assert z3_set == set(abstract.enumerate_programs(col, cells, steps))
+
+
+# -- all_to_all ---------------------------------------------------------------
+
+
+
+@pytest.mark.parametrize("cells,fubini", [(1, 1), (2, 3), (3, 13), (4, 75)])
+def test_all_to_all_programs_are_the_ordered_set_partitions(cells, fubini):
+    assert abstract.count_programs(A2A, cells, cells) == fubini
+    assert abstract.count_programs(A2A, cells, cells + 2) == fubini  # never more than one step per cell
+    listed = list(abstract.enumerate_programs(A2A, cells, cells))
+    assert len(listed) == fubini
+    for program in listed:  # each one: disjoint non-empty slices covering every cell, all all_to_all
+        masks = [S for op, S in program]
+        assert all(op is A2A for op, _ in program)
+        assert sum(masks) == (1 << cells) - 1 and all(S for S in masks)
+        assert all(a & b == 0 for i, a in enumerate(masks) for b in masks[i + 1:])
+
+
+@pytest.mark.parametrize("cells,counts", [(2, [1, 3]), (3, [1, 7, 13]), (4, [1, 15, 51, 75])])
+def test_all_to_all_counts_within_fewer_steps(cells, counts):
+    assert [abstract.count_programs(A2A, cells, k) for k in range(1, cells + 1)] == counts
+
+
+def test_all_to_all_node2_gpu4_has_exactly_the_three_programs():
+    p = _two_by_four()
+    req = Request(frozenset({0}), A2A)
+    node, gpu = p.cells
+    want = {
+        Program((Step(A2A, (node, gpu)),)),
+        Program((Step(A2A, (node,)), Step(A2A, (gpu,)))),
+        Program((Step(A2A, (gpu,)), Step(A2A, (node,)))),
+    }
+    assert {to_program(raw, p, req) for raw in ProgramSketch(A2A, 2, 4).enumerate()} == want
+    assert {to_program(raw, p, req) for raw in abstract.enumerate_programs(A2A, 2, 4)} == want
+    assert all(check_program(p, req, prog).ok for prog in want)
+
+
+def test_concrete_all_to_all_rejects_repeats_partial_programs_and_mixing():
+    p = _two_by_four()
+    req = Request(frozenset({0}), A2A)
+    node, gpu = p.cells
+    assert "non-empty share" in check_program(p, req, Program((Step(A2A, (gpu,)), Step(A2A, (gpu, node))))).reason
+    assert "does not hold" in check_program(p, req, Program((Step(A2A, (gpu,)),))).reason
+    assert "only applies" in check_program(p, req, Program((Step(AG, (node, gpu)),))).reason
+    assert "only applies" in check_program(p, Request(frozenset({0})), Program((Step(A2A, (node, gpu)),))).reason
+
+
+def test_concrete_all_to_all_delivers_every_chunk_to_its_destination():
+    p = _two_by_four()
+    req = Request(frozenset({0}), A2A)
+    node, gpu = p.cells
+    checker = ConcreteChecker(p, req)
+    states = checker.start()
+    for step in (Step(A2A, (gpu,)), Step(A2A, (node,))):
+        checker.apply(states, step)
+    for r, st_ in enumerate(states):  # device r holds chunk (r's coordinate, source's) from each of the 8
+        assert st_.chunks == {checker.coord[r] + checker.coord[s]: 1 << s for s in range(8)}
+
+
+@st.composite
+def _a2a_case(draw, near_miss):
+    """An all_to_all request and a program of all_to_all steps: random, or a valid one with one slice changed."""
+    p = draw(placements())
+    axes = draw(st.sets(st.integers(0, len(p.axes) - 1), min_size=1))
+    req = Request(frozenset(axes), A2A)
+    cells = req.reduced_cells(p)
+    assume(cells)
+    if not near_miss:
+        return p, req, draw(random_programs(p, req, ops=[A2A]))
+    listed = list(abstract.enumerate_programs(A2A, len(cells), len(cells)))
+    program = to_program(draw(st.sampled_from(listed)), p, req)
+    steps = list(program.steps)
+    i = draw(st.integers(0, len(steps)))
+    sl = tuple(sorted(draw(st.sets(st.sampled_from(cells), min_size=1))))
+    how = draw(st.sampled_from(["replace", "insert", "drop"]))
+    if how == "replace" and i < len(steps):
+        steps[i] = Step(A2A, sl)
+    elif how == "drop" and len(steps) > 1 and i < len(steps):
+        del steps[i]
+    else:
+        steps.insert(i, Step(A2A, sl))
+    return p, req, Program(tuple(steps))
+
+
+@given(_a2a_case(near_miss=False))
+def test_all_to_all_semantics_agree_on_random_programs(case):
+    test_semantics_agree_on_random_programs.hypothesis.inner_test(case)
+
+
+@given(_a2a_case(near_miss=True))
+def test_all_to_all_semantics_agree_on_near_misses(case):
+    test_semantics_agree_on_random_programs.hypothesis.inner_test(case)

@@ -12,7 +12,7 @@ from solver.cost import step_seconds
 from solver.search import solve
 from solver.simulator import Simulator
 
-AR, RS, AG, R, B = Collective
+AR, RS, AG, R, B, A2A = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 
@@ -126,3 +126,18 @@ def test_single_level_steps_do_not_depend_on_the_flat_term():
         for S in (0b01, 0b10):
             st0 = abstract.start_state(op, 2)
             assert step_seconds(a, st0, op, S, 2) == step_seconds(b, st0, op, S, 2)
+
+
+def test_all_to_all_is_the_shared_exchange_time_plus_the_step_overhead():
+    # node 2 x core 4, the 4 cores of a node share its 1 GB/s NIC; one data axis over both levels
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
+                          Level(name="core", count=4, bandwidth_GBps=10.0, latency_us=1.0)), step_overhead_us=5.0)
+    p = Placement(h, (Axis(name="data", size=8),), ((2, 4),))
+    m = float(1 << 20)
+    sim = Simulator(p, Request(frozenset({0}), A2A), m)
+    start = abstract.start_state(A2A, 2)
+    # flat: 4 peers in the other node, 3 in this one; half of each device's data leaves the node, 4 devices on the NIC
+    flat = 4 * 10e-6 + 3 * 1e-6 + max(m / 2 * 4 / 1e9, 7 / 8 * m / 10e9) + OVERHEAD
+    assert math.isclose(step_seconds(sim, start, A2A, 0b11, 2), flat, rel_tol=1e-12)
+    across = 10e-6 + m / 2 * 4 / 1e9 + OVERHEAD
+    assert math.isclose(step_seconds(sim, start, A2A, 0b01, 2), across, rel_tol=1e-12)

@@ -96,7 +96,28 @@ WIDE = Suite(
     top_sim=12, top_ab=3, sample=4, cap=16, only_over=10, seed=11,
 )
 
-SUITES = {"default": DEFAULT, "tiny": TINY, "wide": WIDE}
+# All-to-all (issue 12): every program (flat = MPI's own Alltoall over the whole group, and the hierarchical
+# ones) on both testbeds, 4 KiB to 16 MiB; scripts/bench_alltoall.py prints it as a table beside the predictions.
+ALLTOALL = Suite(
+    name="alltoall",
+    testbeds=DEFAULT.testbeds,
+    axes_sets=((("data", 8),), (("data", 4), ("model", 2))),
+    collectives=("all_to_all",),
+    sizes=tuple(4 * KiB * 4**i for i in range(7)),  # 4 KiB .. 16 MiB
+    cap=16,  # at most 13 programs per combo (3 cells): measure them all
+)
+
+# One testbed, one combo, two sizes: the smoke run of scripts/bench_alltoall.py.
+ALLTOALL_TINY = Suite(
+    name="alltoall-tiny",
+    testbeds=(Testbed("2x2-1gbit", nodes=2, ranks_per_node=2, inter_node="1gbit"),),
+    axes_sets=((("data", 4),),),
+    collectives=("all_to_all",),
+    sizes=(4 * KiB, 64 * KiB),
+    max_steps=2, cap=4, warmup=1, iters=1, iters_small=2, repeats=2, calibrate_max_bytes=1 * MiB, fit_every=2,
+)
+
+SUITES = {"default": DEFAULT, "tiny": TINY, "wide": WIDE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
 
 
 def load_suite(name_or_path: str) -> Suite:

@@ -10,8 +10,10 @@ coordinate whose row-major index is ``r``, which is how
 
 A program's steps move chunks around; the exports keep each device's buffer as
 an array with one dimension per *layout cell* (a reduced cell that some
-reduce-scatter or all-gather of the program splits) that the device still
-holds whole, in cell order, plus one trailing dimension for the rest. Chunk
+reduce-scatter, all-gather or all-to-all of the program splits) that the
+device still holds whole, in cell order, plus one trailing dimension for the
+rest. An all-to-all keeps every dimension: before a cell is exchanged its
+index names the chunk's destination, after it the chunk's source. Chunk
 ``k`` (the mixed-radix index over the reduced cells in cell order) is then the
 ``k``-th block of the input's dim 0, as in the plain collective. This module
 plans, for every step, where the slice's dimensions sit in that layout; the
@@ -56,9 +58,10 @@ class StepPlan:
     """One step as the exports run it.
 
     `dims` are the mesh dimensions of the slice in mesh order, which is the
-    order the frameworks number a group's members in. For a reduce-scatter,
-    `lead` gives the buffer positions of those dimensions before the step (they
-    are moved to the front and split over the members); for an all-gather, the
+    order the frameworks number a group's members in. For a reduce-scatter or
+    an all-to-all, `lead` gives the buffer positions of those dimensions before
+    the step (they are moved to the front and split over the members; an
+    all-to-all puts the received blocks back there); for an all-gather, the
     positions the gathered dimensions (sizes `sizes`) take after it.
     `layout` names the buffer dimensions after the step.
     """
@@ -193,7 +196,8 @@ def plan_steps(
     placement: Placement, request: Request, program: Program
 ) -> tuple[tuple[Cell, ...], tuple[StepPlan, ...]]:
     """Starting buffer layout (cells, in cell order) and the plan of every step of a valid program."""
-    split = {c for s in program.steps if s.op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER) for c in s.slice}
+    split = {c for s in program.steps if s.op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL)
+             for c in s.slice}
     layout_cells = tuple(c for c in request.reduced_cells(placement) if c in split)
     # all_gather starts with every device holding only its own chunk: no layout cell is whole yet
     held = [] if request.collective is Collective.ALL_GATHER else list(layout_cells)
@@ -207,6 +211,8 @@ def plan_steps(
             held = [c for c in held if c not in step.slice]
         elif step.op is Collective.ALL_GATHER:
             held = sorted(held + group)  # Cell sorts axis-major, then level: cell order
+            lead = tuple(held.index(c) for c in group)
+        elif step.op is Collective.ALL_TO_ALL:  # the layout stays; the slice's dims now name the source
             lead = tuple(held.index(c) for c in group)
         steps.append(StepPlan(
             op=step.op,
@@ -323,6 +329,11 @@ RESULTS = {
     ),
     Collective.REDUCE: "The group's root (coordinate 0) gets the sum of `tensor` over the reduction group.",
     Collective.BROADCAST: "Returns, on every device, the `tensor` of the group's root (coordinate 0).",
+    Collective.ALL_TO_ALL: (
+        "Dim 0 of `tensor` splits into {g} chunks, chunk k addressed to the device whose coordinate in the "
+        "group is k. Returns the chunks addressed to this device, same shape: chunk k came from the device "
+        "whose coordinate is k."
+    ),
 }
 
 
@@ -332,6 +343,7 @@ _STEP_NOTES = {
     Collective.ALL_GATHER: ": buffer -> {}",
     Collective.REDUCE: ": the sum goes to the root (digits 0 on the slice)",
     Collective.BROADCAST: ": from the root (digits 0 on the slice)",
+    Collective.ALL_TO_ALL: ": exchanged over the slice, buffer {}",
 }
 
 

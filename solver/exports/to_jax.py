@@ -5,7 +5,8 @@ builds a ``jax.sharding.Mesh`` whose axes are the placement's cells, outer to
 inner, with device ``r`` of ``jax.devices()`` at the coordinate whose row-major
 index is ``r`` (see :mod:`solver.exports.layout`). One function per request,
 ``name(tensor)``, runs its program inside ``shard_map`` with ``lax.psum``,
-``lax.psum_scatter`` and ``lax.all_gather`` over tuples of axis names;
+``lax.psum_scatter``, ``lax.all_gather`` and ``lax.all_to_all`` over tuples
+of axis names;
 ``on_mesh(fn, mesh)`` wraps one for a global array.
 
 JAX has no rooted reduce or broadcast. A reduce is a ``psum`` (every member
@@ -34,7 +35,8 @@ from solver.exports.layout import (
 
 def _imports(plan: ModulePlan) -> list[str]:
     """The module's imports: jax.numpy only if a helper moves axes or masks values, lax only if there are steps."""
-    jnp = any(plan.uses(op) for op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.BROADCAST))
+    jnp = any(plan.uses(op) for op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.BROADCAST,
+                                       Collective.ALL_TO_ALL))
     lax = any(r.steps for r in plan.requests)
     return [
         "import math",
@@ -77,6 +79,20 @@ def _all_gather(x, axes, lead, sizes):
     return jnp.moveaxis(out.reshape(*sizes, *x.shape), tuple(range(len(lead))), lead)
 '''
 
+_ALL_TO_ALL = '''
+def _all_to_all(x, axes, lead):
+    """Exchange blocks of `x` over the mesh axes `axes` (members in order of their index).
+
+    The dims `lead` of `x` (the slice's cells, in the order of `axes`) index the members: they
+    are moved to the front and flattened; block i goes to the member whose index is i, and the
+    block from that member takes its place.
+    """
+    front = tuple(range(len(lead)))
+    send = jnp.moveaxis(x, lead, front)
+    out = lax.all_to_all(send.reshape(-1), axes, 0, 0, tiled=True)
+    return jnp.moveaxis(out.reshape(send.shape), front, lead)
+'''
+
 _REDUCE = '''
 def _reduce(x, axes):
     """Reduce to the root of each group over `axes` (index 0 on all of them).
@@ -116,6 +132,7 @@ def _step_code(step: StepPlan) -> str:
         Collective.ALL_GATHER: f"_all_gather(x, {axes}, lead={step.lead!r}, sizes={step.sizes!r})",
         Collective.REDUCE: f"_reduce(x, {axes})",
         Collective.BROADCAST: f"_broadcast(x, {axes})",
+        Collective.ALL_TO_ALL: f"_all_to_all(x, {axes}, lead={step.lead!r})",
     }[step.op]
     return f"x = {call}"
 
@@ -156,7 +173,7 @@ def _helpers(plan: ModulePlan) -> list[str]:
     """The private helpers the module's programs use, each once."""
     chosen = [_CHUNKED] if any(r.steps for r in plan.requests) else []
     for op, text in ((Collective.REDUCE_SCATTER, _REDUCE_SCATTER), (Collective.ALL_GATHER, _ALL_GATHER),
-                     (Collective.REDUCE, _REDUCE), (Collective.BROADCAST, _BROADCAST)):
+                     (Collective.REDUCE, _REDUCE), (Collective.BROADCAST, _BROADCAST), (Collective.ALL_TO_ALL, _ALL_TO_ALL)):
         if plan.uses(op):
             chosen.append(text)
     return helper_lines(chosen)

@@ -85,6 +85,21 @@ def _all_gather(x, group, lead, sizes):
     return out.movedim(tuple(range(len(lead))), lead).contiguous()
 '''
 
+_ALL_TO_ALL = '''
+def _all_to_all(x, group, lead):
+    """Exchange blocks of `x` over `group` (group rank order).
+
+    The dims `lead` of `x` (the slice's cells, in mesh order) index the members: they are moved
+    to the front and flattened; block i goes to group rank i, and the block from group rank i
+    takes its place.
+    """
+    front = tuple(range(len(lead)))
+    send = x.movedim(lead, front).contiguous()
+    out = torch.empty_like(send)
+    dist.all_to_all_single(out.view(-1), send.view(-1), group=group)
+    return out.movedim(front, lead).contiguous()
+'''
+
 _NOTES = "Like torch.distributed's collectives it may overwrite `tensor`. Every rank calls it."
 _REDUCE_NOTE = "The result is undefined on the other ranks, as after dist.reduce. "
 
@@ -110,6 +125,7 @@ def _step_code(step: StepPlan) -> str:
         Collective.ALL_GATHER: f"x = _all_gather(x, {group}, lead={step.lead!r}, sizes={step.sizes!r})",
         Collective.REDUCE: f"dist.reduce(x, group_dst=0, group={group})",
         Collective.BROADCAST: f"dist.broadcast(x, group_src=0, group={group})",
+        Collective.ALL_TO_ALL: f"x = _all_to_all(x, {group}, lead={step.lead!r})",
     }[step.op]
 
 
@@ -148,6 +164,8 @@ def _helpers(plan: ModulePlan) -> list[str]:
         chosen.append(_REDUCE_SCATTER)
     if plan.uses(Collective.ALL_GATHER):
         chosen.append(_ALL_GATHER)
+    if plan.uses(Collective.ALL_TO_ALL):
+        chosen.append(_ALL_TO_ALL)
     return helper_lines(chosen)
 
 
