@@ -15,8 +15,11 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
+from hierarchies.model import Hierarchy
+from runtime.stats import Interval, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.report import (
+    NEW_FIELDS,
     SUMMARY_FIELDS,
     build_report,
     measured_time,
@@ -66,16 +69,85 @@ def test_pick_speedup_rel_error_spread():
     assert M.summarize([1.0, 3.0, 2.0]) == {"median": 2.0, "mean": 2.0, "max": 3.0}
 
 
-def test_measured_time_is_the_fastest_repeat():
-    assert measured_time({"time_s": 2.0, "repeats_s": [3.0, 1.5, 2.0]}) == 1.5
-    assert measured_time({"time_s": 2.0, "repeats_s": [3.0, 1.5, 2.0]}, "median") == 2.0
+def test_measured_time_is_the_median_repeat():
+    assert measured_time({"time_s": 9.0, "repeats_s": [3.0, 1.5, 2.0]}) == 2.0
+    assert measured_time({"time_s": 9.0}) == 9.0
+
+
+# ---- the model-independent protocol's metrics on hand-made data (each fails on the old behaviour) ----------
+def _iv(median, low, high):
+    return Interval(median, low, high, 0.95, 9)
+
+
+def test_a_pick_within_noise_of_the_best_is_a_hit_and_ties_are_counted():
+    # program 1 measures fastest (median 9.0), program 0 is within its noise, program 2 is not
+    intervals = [_iv(9.5, 8.5, 10.5), _iv(9.0, 8.0, 10.0), _iv(12.0, 11.0, 13.0)]
+    right = ties(intervals)
+    assert right == [0, 1]
+    predicted = [1.0, 2.0, 3.0]  # the model picks program 0
+    assert M.hits(predicted, right, 1) is True
+    assert M.in_top_k(predicted, [9.5, 9.0, 12.0], 1) is False  # the old rule: a miss
+    assert M.hits([3.0, 2.0, 1.0], right, 1) is False  # picking program 2 stays a miss
+
+
+def test_top_k_counts_only_cases_with_more_than_k_programs():
+    # three cases: 4 programs (hit), 12 programs (miss), 11 programs (hit): top-10 over the two large ones
+    rate, counted = M.top_k_over([(True, 4), (False, 12), (True, 11)], 10)
+    assert (rate, counted) == (0.5, 2)
+    assert M.top_k_over([(True, 4), (True, 10)], 10) == (None, 0)  # old behaviour: 1.0 by construction
+
+
+def test_regret_loss_and_the_tuners_choice():
+    measured = [10.0, 12.0, 8.0, 20.0]  # the default is program 0
+    predicted = [4.0, 1.0, 3.0, 2.0]  # the model ranks 1, 3, 2, 0
+    assert M.regret(predicted, measured) == pytest.approx(12.0 / 8.0)
+    assert M.loses(measured, 1, 0) is True and M.loses(measured, 2, 0) is False
+    assert M.loses([10.0, 10.4], 1, 0) is False  # within 5%
+    intervals = [_iv(10.0, 9.0, 11.0), _iv(12.0, 11.5, 12.5), _iv(8.0, 7.0, 8.5), _iv(20.0, 19.0, 21.0)]
+    # K = 1: the tuner measures the default and program 1, and keeps the default
+    assert M.tuner_choice(predicted, intervals, 0, 1) == 0
+    # K = 3: program 2 is measured too and beats the default beyond noise
+    assert M.tuner_choice(predicted, intervals, 0, 3) == 2
+    # ... but not when its interval reaches the default's
+    intervals[2] = _iv(8.0, 7.0, 9.5)
+    assert M.tuner_choice(predicted, intervals, 0, 3) == 0
+
+
+def test_the_sample_never_looks_at_a_model(monkeypatch):
+    """Same programs whatever the cost model: predict and the cost models are made to fail, and the seed alone decides."""
+    from hierarchies.placement import Axis, Placement
+    from hierarchies.program import default_program
+    import scripts.accuracy.programs as P
+
+    def refuse(*a, **k):
+        raise AssertionError("the sample consulted a cost model")
+
+    monkeypatch.setattr(P, "predict", refuse)
+    monkeypatch.setattr(P, "cost_model", refuse)
+    monkeypatch.setattr(P, "program_seconds", refuse)
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 4, "bandwidth_GBps": 1.0}, {"name": "core", "count": 2, "bandwidth_GBps": 8.0}))
+    pl = Placement(h, (Axis(name="data", size=8),), ((4, 2),))
+    req = P.make_request(pl, ("data",), "all_reduce")
+    programs = P.all_programs(pl, req, 4)
+    default = default_program(pl, req)
+    assert len(programs) > 41
+    first = P.sample_programs(programs, default, limit=40, sample=30, seed=3)
+    assert first == P.sample_programs(list(programs), default, limit=40, sample=30, seed=3)
+    assert len(first) == len(set(first)) == 30 and default not in first and set(first) <= set(programs)
+    # uniform: over seeds every program turns up
+    seen = {p for seed in range(60) for p in P.sample_programs(programs, default, limit=40, sample=30, seed=seed)}
+    assert seen == set(programs) - {default}
+    # at most `limit` others: all of them
+    small = programs[:12]
+    assert P.sample_programs(small, default, limit=40, sample=30, seed=3) == [p for p in small if p != default]
 
 
 def test_suites_have_enough_cases_and_round_trip():
     for s in (DEFAULT, TINY):
         assert Suite.from_json(json.loads(json.dumps(s.to_json()))) == s
     assert all(b == a * 4 for a, b in zip(DEFAULT.sizes, DEFAULT.sizes[1:]))
-    assert DEFAULT.sizes[0] == 64 * 1024
+    assert DEFAULT.sizes[0] == 64 * 1024 and DEFAULT.sizes[-1] == 64 * 1024 * 1024
+    assert (DEFAULT.limit, DEFAULT.sample, DEFAULT.protocol) == (40, 30, "model-independent")
 
 
 # ---- the report from a recorded raw file ----------------------------------------------------
@@ -117,16 +189,21 @@ def test_report_summary_recomputed_from_its_case_table(report, model, column):
         predicted = [p[column] for p in programs]
         # the model's order: predicted time, then fewer steps, then position (as the solver ranks ties)
         order = sorted(range(len(programs)), key=lambda i: (predicted[i], programs[i]["text"].count("->"), i))
-        fastest = measured.index(min(measured))
+        best = programs[measured.index(min(measured))]["measured_ci_s"]
+        # right answers: intervals overlapping the measured-fastest's
+        right = {i for i, p in enumerate(programs) if p["measured_ci_s"][0] <= best[1] and best[0] <= p["measured_ci_s"][1]}
         for k in top:
-            top[k].append(fastest in order[:k])
+            if len(programs) > k or k == 1:
+                top[k].append(bool(right & set(order[:k])))
         rhos.append(_spearman(predicted, measured))
         errors += [abs(p - m) / m for p, m in zip(predicted, measured)]
         default = next(i for i, p in enumerate(programs) if p["default"])
         speedups.append(measured[default] / measured[order[0]])
     s = report["summary"][model]
     assert s["cases"] == len(speedups) == 6
-    assert [s["top1"], s["top5"], s["top10"]] == [sum(top[k]) / 6 for k in (1, 5, 10)]
+    assert s["top1"] == sum(top[1]) / 6
+    assert s["top5"] == sum(top[5]) / len(top[5]) and s["cases_over_5_programs"] == len(top[5]) == 2
+    assert s["top10"] is None and s["cases_over_10_programs"] == 0
     assert s["spearman"] == pytest.approx(sum(rhos) / 6, rel=1e-12)
     assert s["median_rel_error"] == pytest.approx(statistics.median(errors), rel=1e-12)
     assert s["max_rel_error"] == pytest.approx(max(errors), rel=1e-12)
@@ -143,8 +220,8 @@ def test_report_oracle_matches_a_hand_computation(report):
             continue
         for size in sorted({r["nbytes"] for r in c["results"]}):
             rs = [r for r in c["results"] if r["nbytes"] == size]
-            t = [min(r["repeats_s"]) for r in rs]
-            d = next(min(r["repeats_s"]) for r in rs if r["default"])
+            t = [statistics.median(r["repeats_s"]) for r in rs]
+            d = next(statistics.median(r["repeats_s"]) for r in rs if r["default"])
             speedups.append(d / min(t))
     o = report["summary"]["oracle"]
     assert o["max_speedup"] == pytest.approx(max(speedups))
@@ -156,9 +233,8 @@ def test_report_top1_matches_its_own_case_table(report):
     hits = 0
     for c in held:
         ps = c["programs"]
-        best = min(range(len(ps)), key=lambda i: ps[i]["measured_s"])
         pick = min(range(len(ps)), key=lambda i: (ps[i]["simulator_s"], ps[i]["text"].count("->"), i))
-        hits += best == pick
+        hits += pick in c["right"]
     assert report["summary"]["simulator"]["top1"] == pytest.approx(hits / len(held))
 
 
@@ -166,7 +242,9 @@ def test_summary_doc_reports_the_simulator_and_alpha_beta_side_by_side(report, t
     doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json", tmp_path / "p.png")
     sim, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
     assert {k: doc[k] for k in SUMMARY_FIELDS} == {k: sim[k] for k in SUMMARY_FIELDS}
-    assert doc["alpha_beta"] == {k: ab[k] for k in SUMMARY_FIELDS}
+    assert doc["alpha_beta"] == {k: ab[k] for k in (*SUMMARY_FIELDS, *NEW_FIELDS)}
+    assert doc["protocol"] == "model-chosen (before issue 10)"  # the recorded fixture predates the new protocol
+    assert all(k in doc for k in NEW_FIELDS) and doc["tuned_loss_5pct"] == 0.0
     assert doc["spearman"] != doc["alpha_beta"]["spearman"]  # the two columns are not the same model twice
     assert doc["cases"] == 6 and doc["fit_cases"] == 2 and doc["oracle"] == report["summary"]["oracle"]
     assert "tests/data/accuracy-raw-tiny.json" in doc["reproduce"]["recompute"]
