@@ -98,7 +98,18 @@ TINY = Suite(
     calibrate_max_bytes=1 * MiB, fit_every=2,
 )
 
-SUITES = {"default": DEFAULT, "tiny": TINY}
+# The default suite's protocol on a few combos (one testbed, one axes set, three sizes up to 16 MiB): a smoke run of
+# the whole campaign in about 5-10 minutes. Its figures are not the report's.
+SMOKE = Suite(
+    name="smoke",
+    testbeds=(DEFAULT.testbeds[0],),
+    axes_sets=((("data", 8),), (("data", 4), ("model", 2))),
+    collectives=("all_reduce",),
+    sizes=(64 * KiB, 1 * MiB, 16 * MiB),
+    fit_every=3, calibrate_max_bytes=4 * MiB,
+)
+
+SUITES = {"default": DEFAULT, "tiny": TINY, "smoke": SMOKE}
 
 
 def load_suite(name_or_path: str) -> Suite:
