@@ -305,3 +305,40 @@ def test_merge_raw_puts_testbeds_side_by_side_and_refuses_repeated_names():
     assert build_report(merged)["summary"]["simulator"]["cases"] == 12
     with pytest.raises(SystemExit):
         merge_raw([raw, raw])
+
+
+def test_the_default_suite_measures_a_smaller_sample_only_at_16_and_64_MiB():
+    from scripts.accuracy.measure import size_groups
+
+    groups = size_groups(DEFAULT, 30)
+    assert groups == [((64 << 10, 256 << 10), 30, 5), ((1 << 20, 4 << 20), 30, 1), ((16 << 20, 64 << 20), 12, 1)]
+    # a combo with 7 programs measures all of them at every size: the sizes from 1 MiB on share one run
+    assert size_groups(DEFAULT, 7) == [((64 << 10, 256 << 10), 7, 5), ((1 << 20, 4 << 20, 16 << 20, 64 << 20), 7, 1)]
+
+
+def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_entries():
+    """The plan the campaign hands to runtime.tune: one request per size, the sample in its drawn order; and back."""
+    from hierarchies.placement import Axis, Placement
+    from hierarchies.plan_file import parse_plan_file
+    from hierarchies.program import default_program
+    from scripts.accuracy.measure import combo_plan, tuned_results
+    from scripts.accuracy.programs import all_programs, make_request
+
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 2}, {"name": "core", "count": 2}))
+    pl = Placement(h, (Axis(name="data", size=4),), ((2, 2),))
+    req = make_request(pl, ("data",), "all_reduce")
+    default = default_program(pl, req)
+    chosen = [p for p in all_programs(pl, req, 3) if p != default][:3]
+    doc = combo_plan(h, pl, ("data",), "all_reduce", default, chosen, (1024, 4096))
+    plan = parse_plan_file(doc)
+    assert [r.message_bytes for r in plan.requests] == [1024, 4096]
+    assert [p.program for p in plan.placement(0).request("s4096").programs] == chosen
+    # a tuned document: figures on the default and two programs; the default listed first as the pick
+    for body in doc["placements"][0]["requests"]:
+        fig = {"measured_s": 1.0, "measured_ci_s": [0.9, 1.1], "measured_repeats_s": [1.0, 0.9, 1.1], "wrong": 0}
+        body["default"] = {**body["default"], **fig}
+        body["programs"] = [dict(body["default"]), *({**p, **fig, "measured_s": 2.0} for p in body["programs"][:2]), body["programs"][2]]
+    rows = tuned_results(doc, iters=5)
+    assert len(rows) == 6 and [r["nbytes"] for r in rows] == [1024] * 3 + [4096] * 3
+    assert [r["default"] for r in rows[:3]] == [True, False, False] and [r["time_s"] for r in rows[:3]] == [1.0, 2.0, 2.0]
+    assert rows[1]["ci_s"] == [0.9, 1.1] and rows[1]["iters"] == 5
