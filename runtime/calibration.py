@@ -9,7 +9,10 @@ For each level ``l`` with two or more children (:func:`measure_level`):
 * ``alpha`` (latency_us) and ``beta`` (bandwidth_GBps) of ``t(s) = alpha + s / beta``
   (:func:`fit_alpha_beta`);
 * concurrent: every rank of unit 0 sends to its counterpart in unit 1 at once; the
-  aggregate rate out of the unit is the uplink (``uplink_GBps``).
+  aggregate rate out of the unit is the uplink (``uplink_GBps``);
+* two-way: the same pairs exchange at once (Sendrecv); the one-way time over the
+  two-way time is what each direction keeps of the rate (``duplex_efficiency``,
+  at most 1), the figure the simulator's exchanging schedules use.
 
 :func:`fitted_hierarchy` writes the figures into a hierarchy. Only the hierarchy
 model and numpy are needed (mpi4py for measuring), never the solver or Z3.
@@ -92,7 +95,7 @@ def significant(x: float, digits: int = 4) -> float:
 
 def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = None,
                      reduce_GBps: float | None = None) -> Hierarchy:
-    """`h` with each measured level's latency, bandwidth and uplink replaced by the fitted figures.
+    """`h` with each measured level's latency, bandwidth, uplink and duplex efficiency replaced by the fitted figures.
 
     `reduce_GBps` (the rate a device sums data, all devices at once) is set where the
     hierarchy model has that field; every other field of `h` is kept.
@@ -102,6 +105,8 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
         update = {"latency_us": significant(res["fit"]["latency_us"]), "bandwidth_GBps": significant(res["fit"]["bandwidth_GBps"])}
         if res.get("concurrent"):
             update["uplink_GBps"] = significant(res["concurrent"]["uplink_GBps"])
+        if res.get("duplex"):
+            update["duplex_efficiency"] = significant(min(1.0, res["duplex"]["efficiency"]), 3)
         levels[l] = levels[l].model_copy(update=update)
     update = {"name": name or f"{h.name}-fitted", "levels": tuple(levels)}
     if reduce_GBps is not None and "reduce_GBps" in Hierarchy.model_fields:
@@ -173,6 +178,28 @@ class Bench:
         self.idle_barrier()
         return samples
 
+    def exchange(self, left: list[int], right: list[int], size: int) -> list[float]:
+        """Every rank of `left` and its partner in `right` exchange `size` bytes both ways at once (Sendrecv);
+        per iteration the slowest rank's time from a common barrier (filled on rank 0)."""
+        from mpi4py import MPI
+
+        rank = self.comm.Get_rank()
+        out = [self.buf[:size], MPI.BYTE]
+        back = np.empty(size, dtype=np.uint8) if rank in left or rank in right else None
+        samples = []
+        for i in range(self.warmup + self.iters):
+            self.comm.Barrier()
+            t0 = MPI.Wtime()
+            if rank in left or rank in right:
+                peer = right[left.index(rank)] if rank in left else left[right.index(rank)]
+                self.comm.Sendrecv(out, dest=peer, sendtag=TAG_FLOW, recvbuf=[back, MPI.BYTE], source=peer, recvtag=TAG_FLOW)
+            t = MPI.Wtime() - t0
+            slowest = self.comm.reduce(t, op=MPI.MAX, root=0)
+            if rank == 0 and i >= self.warmup:
+                samples.append(slowest)
+        self.idle_barrier()
+        return samples
+
     def reduce_rates(self, nbytes: int, window_s: float = REDUCE_WINDOW_S) -> tuple[float, list[float]]:
         """Bytes/s at which a rank sums two float32 buffers (``a += b``): rank 0 alone, and
         every rank while all do it at once (as in a collective), gathered on rank 0.
@@ -206,10 +233,10 @@ def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_byte
     """All measurements and fits of level `l` (on rank 0; None elsewhere)."""
     d = h.devices_below(l)  # devices in one level-l unit; rank d is the first of unit 1
     pp = bench.pingpong(0, d, sizes)
-    conc = None
-    if d > 1:
-        size = max(max_bytes // d, MIN_CONCURRENT_BYTES)
-        conc = (size, bench.concurrent(list(range(d)), list(range(d, 2 * d)), size))
+    size = max(max_bytes // d, MIN_CONCURRENT_BYTES)
+    one_way = bench.concurrent(list(range(d)), list(range(d, 2 * d)), size)
+    two_way = bench.exchange(list(range(d)), list(range(d, 2 * d)), size)
+    conc = (size, one_way) if d > 1 else None
     if bench.comm.Get_rank() != 0:
         return None
     sizes = sorted(pp)
@@ -230,4 +257,8 @@ def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_byte
         res["concurrent"] = {"senders": d, "bytes_each": size, "slowest_s": significant(t, 6),
                              "samples_s": [significant(x, 6) for x in samples], "uplink_GBps": aggregate / 1e9,
                              "per_sender_GBps": aggregate / d / 1e9}
+    # the same d pairs, both ways at once: what each direction keeps of the one-way rate
+    t1, t2 = statistics.median(one_way), statistics.median(two_way)
+    res["duplex"] = {"pairs": d, "bytes_each": size, "one_way_s": significant(t1, 6), "two_way_s": significant(t2, 6),
+                     "two_way_samples_s": [significant(x, 6) for x in two_way], "efficiency": min(1.0, t1 / t2)}
     return res

@@ -80,13 +80,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _report(h: Hierarchy, fitted: Hierarchy, results: dict[int, dict]) -> str:
-    lines = [f"{'level':8} {'latency_us':>22} {'bandwidth_GBps':>22} {'uplink_GBps':>22}"]
+    lines = [f"{'level':8} {'latency_us':>22} {'bandwidth_GBps':>22} {'uplink_GBps':>22} {'duplex_efficiency':>22}"]
     for l, (old, new) in enumerate(zip(h.levels, fitted.levels)):
         def col(a, b):
             return f"{'-' if a is None else f'{a:g}':>9} -> {'-' if b is None else f'{b:g}':>9}"
         tag = "" if l in results else "   (not measured: count 1)"
         lines.append(f"{old.name:8} {col(old.latency_us, new.latency_us):>22} {col(old.bandwidth_GBps, new.bandwidth_GBps):>22} "
-                     f"{col(old.uplink_GBps, new.uplink_GBps):>22}{tag}")
+                     f"{col(old.uplink_GBps, new.uplink_GBps):>22} {col(old.duplex_efficiency, new.duplex_efficiency):>22}{tag}")
     return "\n".join(lines)
 
 
