@@ -12,7 +12,8 @@ For each level ``l`` with two or more children (:func:`measure_level`):
   aggregate rate out of the unit is the uplink (``uplink_GBps``);
 * two-way: the same pairs exchange at once (Sendrecv); the one-way time over the
   two-way time is what each direction keeps of the rate (``duplex_efficiency``,
-  at most 1), the figure the simulator's exchanging schedules use.
+  at most 1), the figure the simulator's exchanging schedules use; written for every
+  level but the innermost, whose two-way time measures CPU copies contending.
 
 :func:`fitted_hierarchy` writes the figures into a hierarchy. Only the hierarchy
 model and numpy are needed (mpi4py for measuring), never the solver or Z3.
@@ -105,7 +106,9 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
         update = {"latency_us": significant(res["fit"]["latency_us"]), "bandwidth_GBps": significant(res["fit"]["bandwidth_GBps"])}
         if res.get("concurrent"):
             update["uplink_GBps"] = significant(res["concurrent"]["uplink_GBps"])
-        if res.get("duplex"):
+        # not on the innermost level: there both "directions" are CPU copies on the same cores, and the
+        # two-way time measures their contention (the accuracy report's shared-memory efficiency), not a link
+        if res.get("duplex") and l < len(levels) - 1:
             update["duplex_efficiency"] = significant(min(1.0, res["duplex"]["efficiency"]), 3)
         levels[l] = levels[l].model_copy(update=update)
     update = {"name": name or f"{h.name}-fitted", "levels": tuple(levels)}
