@@ -20,7 +20,6 @@ Rank 0 prints a table (rate per pattern over the single-flow rate) and writes ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
