@@ -342,3 +342,44 @@ def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_
     assert len(rows) == 6 and [r["nbytes"] for r in rows] == [1024] * 3 + [4096] * 3
     assert [r["default"] for r in rows[:3]] == [True, False, False] and [r["time_s"] for r in rows[:3]] == [1.0, 2.0, 2.0]
     assert rows[1]["ci_s"] == [0.9, 1.1] and rows[1]["iters"] == 5
+
+
+SMOKE_FIXTURE = ROOT / "tests" / "data" / "accuracy-raw-smoke.json"  # a trimmed smoke run of the new protocol
+
+
+def test_report_of_the_model_independent_protocol_recomputed_by_hand():
+    """From a recorded run of the new protocol (4 combos, 64 KiB and 1 MiB, up to 15 programs per case): the
+    right answers, ties, top-1, top-10 over cases with more than 10 programs and the noise, recomputed from the
+    raw repeats with the order statistics written out here."""
+    raw = json.loads(SMOKE_FIXTURE.read_text())
+    report = build_report(raw)
+    assert report["protocol"] == "model-independent"
+    assert set(report["fit"]["constants_by_model"]) == {"simulator", "alpha-beta"}  # both models fitted alike
+
+    def interval(xs):  # 9 repeats: the 2nd and 8th smallest (coverage 96%)
+        xs = sorted(xs)
+        assert len(xs) == 9
+        return xs[1], xs[7], statistics.median(xs)
+
+    held = [c for c in report["cases"] if not c["fit"]]
+    assert len(held) == 6 and report["summary"]["simulator"]["cases"] == 6
+    ties_, hits1, hits10, spreads = 0, [], [], []
+    for case in held:
+        combo = next(c for c in raw["testbeds"][0]["combos"] if c["index"] == case["combo"])
+        rs = [r for r in combo["results"] if r["nbytes"] == case["nbytes"]]
+        ivs = [interval(r["repeats_s"]) for r in rs]
+        assert [p["measured_s"] for p in case["programs"]] == [m for _, _, m in ivs]
+        best = min(range(len(ivs)), key=lambda i: ivs[i][2])
+        right = {i for i, (lo, hi, _) in enumerate(ivs) if lo <= ivs[best][1] and ivs[best][0] <= hi}
+        assert set(case["right"]) == right
+        ties_ += len(right) > 1
+        order = sorted(range(len(rs)), key=lambda i: (case["programs"][i]["simulator_s"], case["programs"][i]["steps"], i))
+        hits1.append(order[0] in right)
+        if len(rs) > 10:
+            hits10.append(bool(right & set(order[:10])))
+        spreads += [(max(r["repeats_s"]) - min(r["repeats_s"])) / statistics.median(r["repeats_s"]) for r in rs]
+    s = report["summary"]["simulator"]
+    assert s["ties"] == ties_ and s["top1"] == sum(hits1) / 6
+    assert s["cases_over_10_programs"] == len(hits10) == 2 and s["top10"] == sum(hits10) / 2
+    assert s["noise_median"] == pytest.approx(statistics.median(spreads))
+    assert s["tuned_loss_5pct"] == 0.0  # the tuner keeps the default unless beaten beyond noise
