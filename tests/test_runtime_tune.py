@@ -85,6 +85,7 @@ def test_tuner_picks_a_faster_program_and_writes_a_plan_the_runtime_accepts(tmp_
     h = Hierarchy.model_validate_json(out.with_suffix(".hierarchy.json").read_text())
     assert doc["tuned"]["hierarchy_file"] == str(out.with_suffix(".hierarchy.json"))
     assert all(lv.bandwidth_GBps and lv.latency_us for lv in h.levels)
+    assert 0 < h.levels[0].duplex_efficiency <= 1 and h.levels[1].duplex_efficiency is None  # two-way: outer levels only
     # the tuned plan reads as a plan, and runtime.bench runs its first program: the pick
     tuned = load_plan_file(out)
     assert tuned.placement(0).request().programs[0].program == Program.from_json(picked, SMALL)
