@@ -46,6 +46,10 @@ class Level(BaseModel):
     * ``uplink_GBps``: aggregate bandwidth out of one child unit (e.g. all the
       NICs of a node), shared by that unit's active devices; ``None`` means the
       devices do not share an uplink (each gets ``bandwidth_GBps``).
+    * ``duplex_efficiency``: the fraction of those one-way rates each direction
+      gets while both directions carry data at once, as in the exchanges of
+      ring and recursive-halving schedules (``scripts/calibrate.py`` measures it;
+      ``None`` means 1). Only the simulator uses it (docs/simulator.md).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -55,6 +59,8 @@ class Level(BaseModel):
     bandwidth_GBps: float | None = Field(default=None, **RATE_GBPS, description="per-device bandwidth on this level's fabric, GB/s")
     latency_us: float | None = Field(default=None, **TIME_US, description="latency of one hop on this level's fabric, microseconds")
     uplink_GBps: float | None = Field(default=None, **RATE_GBPS, description="aggregate bandwidth out of one unit of this level, shared by its devices, GB/s")
+    duplex_efficiency: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False,
+                                            description="fraction of the one-way rate each direction gets while both carry data")
 
 
 @dataclass(frozen=True)

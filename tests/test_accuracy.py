@@ -15,8 +15,11 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
+from hierarchies.model import Hierarchy
+from runtime.stats import Interval, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.report import (
+    NEW_FIELDS,
     SUMMARY_FIELDS,
     build_report,
     measured_time,
@@ -66,16 +69,85 @@ def test_pick_speedup_rel_error_spread():
     assert M.summarize([1.0, 3.0, 2.0]) == {"median": 2.0, "mean": 2.0, "max": 3.0}
 
 
-def test_measured_time_is_the_fastest_repeat():
-    assert measured_time({"time_s": 2.0, "repeats_s": [3.0, 1.5, 2.0]}) == 1.5
-    assert measured_time({"time_s": 2.0, "repeats_s": [3.0, 1.5, 2.0]}, "median") == 2.0
+def test_measured_time_is_the_median_repeat():
+    assert measured_time({"time_s": 9.0, "repeats_s": [3.0, 1.5, 2.0]}) == 2.0
+    assert measured_time({"time_s": 9.0}) == 9.0
+
+
+# ---- the model-independent protocol's metrics on hand-made data (each fails on the old behaviour) ----------
+def _iv(median, low, high):
+    return Interval(median, low, high, 0.95, 9)
+
+
+def test_a_pick_within_noise_of_the_best_is_a_hit_and_ties_are_counted():
+    # program 1 measures fastest (median 9.0), program 0 is within its noise, program 2 is not
+    intervals = [_iv(9.5, 8.5, 10.5), _iv(9.0, 8.0, 10.0), _iv(12.0, 11.0, 13.0)]
+    right = ties(intervals)
+    assert right == [0, 1]
+    predicted = [1.0, 2.0, 3.0]  # the model picks program 0
+    assert M.hits(predicted, right, 1) is True
+    assert M.in_top_k(predicted, [9.5, 9.0, 12.0], 1) is False  # the old rule: a miss
+    assert M.hits([3.0, 2.0, 1.0], right, 1) is False  # picking program 2 stays a miss
+
+
+def test_top_k_counts_only_cases_with_more_than_k_programs():
+    # three cases: 4 programs (hit), 12 programs (miss), 11 programs (hit): top-10 over the two large ones
+    rate, counted = M.top_k_over([(True, 4), (False, 12), (True, 11)], 10)
+    assert (rate, counted) == (0.5, 2)
+    assert M.top_k_over([(True, 4), (True, 10)], 10) == (None, 0)  # old behaviour: 1.0 by construction
+
+
+def test_regret_loss_and_the_tuners_choice():
+    measured = [10.0, 12.0, 8.0, 20.0]  # the default is program 0
+    predicted = [4.0, 1.0, 3.0, 2.0]  # the model ranks 1, 3, 2, 0
+    assert M.regret(predicted, measured) == pytest.approx(12.0 / 8.0)
+    assert M.loses(measured, 1, 0) is True and M.loses(measured, 2, 0) is False
+    assert M.loses([10.0, 10.4], 1, 0) is False  # within 5%
+    intervals = [_iv(10.0, 9.0, 11.0), _iv(12.0, 11.5, 12.5), _iv(8.0, 7.0, 8.5), _iv(20.0, 19.0, 21.0)]
+    # K = 1: the tuner measures the default and program 1, and keeps the default
+    assert M.tuner_choice(predicted, intervals, 0, 1) == 0
+    # K = 3: program 2 is measured too and beats the default beyond noise
+    assert M.tuner_choice(predicted, intervals, 0, 3) == 2
+    # ... but not when its interval reaches the default's
+    intervals[2] = _iv(8.0, 7.0, 9.5)
+    assert M.tuner_choice(predicted, intervals, 0, 3) == 0
+
+
+def test_the_sample_never_looks_at_a_model(monkeypatch):
+    """Same programs whatever the cost model: predict and the cost models are made to fail, and the seed alone decides."""
+    from hierarchies.placement import Axis, Placement
+    from hierarchies.program import default_program
+    import scripts.accuracy.programs as P
+
+    def refuse(*a, **k):
+        raise AssertionError("the sample consulted a cost model")
+
+    monkeypatch.setattr(P, "predict", refuse)
+    monkeypatch.setattr(P, "cost_model", refuse)
+    monkeypatch.setattr(P, "program_seconds", refuse)
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 4, "bandwidth_GBps": 1.0}, {"name": "core", "count": 2, "bandwidth_GBps": 8.0}))
+    pl = Placement(h, (Axis(name="data", size=8),), ((4, 2),))
+    req = P.make_request(pl, ("data",), "all_reduce")
+    programs = P.all_programs(pl, req, 4)
+    default = default_program(pl, req)
+    assert len(programs) > 41
+    first = P.sample_programs(programs, default, limit=40, sample=30, seed=3)
+    assert first == P.sample_programs(list(programs), default, limit=40, sample=30, seed=3)
+    assert len(first) == len(set(first)) == 30 and default not in first and set(first) <= set(programs)
+    # uniform: over seeds every program turns up
+    seen = {p for seed in range(60) for p in P.sample_programs(programs, default, limit=40, sample=30, seed=seed)}
+    assert seen == set(programs) - {default}
+    # at most `limit` others: all of them
+    small = programs[:12]
+    assert P.sample_programs(small, default, limit=40, sample=30, seed=3) == [p for p in small if p != default]
 
 
 def test_suites_have_enough_cases_and_round_trip():
     for s in (DEFAULT, TINY):
         assert Suite.from_json(json.loads(json.dumps(s.to_json()))) == s
     assert all(b == a * 4 for a, b in zip(DEFAULT.sizes, DEFAULT.sizes[1:]))
-    assert DEFAULT.sizes[0] == 64 * 1024
+    assert DEFAULT.sizes[0] == 64 * 1024 and DEFAULT.sizes[-1] == 64 * 1024 * 1024
+    assert (DEFAULT.limit, DEFAULT.sample, DEFAULT.protocol) == (40, 30, "model-independent")
 
 
 # ---- the report from a recorded raw file ----------------------------------------------------
@@ -117,16 +189,21 @@ def test_report_summary_recomputed_from_its_case_table(report, model, column):
         predicted = [p[column] for p in programs]
         # the model's order: predicted time, then fewer steps, then position (as the solver ranks ties)
         order = sorted(range(len(programs)), key=lambda i: (predicted[i], programs[i]["text"].count("->"), i))
-        fastest = measured.index(min(measured))
+        best = programs[measured.index(min(measured))]["measured_ci_s"]
+        # right answers: intervals overlapping the measured-fastest's
+        right = {i for i, p in enumerate(programs) if p["measured_ci_s"][0] <= best[1] and best[0] <= p["measured_ci_s"][1]}
         for k in top:
-            top[k].append(fastest in order[:k])
+            if len(programs) > k or k == 1:
+                top[k].append(bool(right & set(order[:k])))
         rhos.append(_spearman(predicted, measured))
         errors += [abs(p - m) / m for p, m in zip(predicted, measured)]
         default = next(i for i, p in enumerate(programs) if p["default"])
         speedups.append(measured[default] / measured[order[0]])
     s = report["summary"][model]
     assert s["cases"] == len(speedups) == 6
-    assert [s["top1"], s["top5"], s["top10"]] == [sum(top[k]) / 6 for k in (1, 5, 10)]
+    assert s["top1"] == sum(top[1]) / 6
+    assert s["top5"] == sum(top[5]) / len(top[5]) and s["cases_over_5_programs"] == len(top[5]) == 2
+    assert s["top10"] is None and s["cases_over_10_programs"] == 0
     assert s["spearman"] == pytest.approx(sum(rhos) / 6, rel=1e-12)
     assert s["median_rel_error"] == pytest.approx(statistics.median(errors), rel=1e-12)
     assert s["max_rel_error"] == pytest.approx(max(errors), rel=1e-12)
@@ -143,8 +220,8 @@ def test_report_oracle_matches_a_hand_computation(report):
             continue
         for size in sorted({r["nbytes"] for r in c["results"]}):
             rs = [r for r in c["results"] if r["nbytes"] == size]
-            t = [min(r["repeats_s"]) for r in rs]
-            d = next(min(r["repeats_s"]) for r in rs if r["default"])
+            t = [statistics.median(r["repeats_s"]) for r in rs]
+            d = next(statistics.median(r["repeats_s"]) for r in rs if r["default"])
             speedups.append(d / min(t))
     o = report["summary"]["oracle"]
     assert o["max_speedup"] == pytest.approx(max(speedups))
@@ -156,9 +233,8 @@ def test_report_top1_matches_its_own_case_table(report):
     hits = 0
     for c in held:
         ps = c["programs"]
-        best = min(range(len(ps)), key=lambda i: ps[i]["measured_s"])
         pick = min(range(len(ps)), key=lambda i: (ps[i]["simulator_s"], ps[i]["text"].count("->"), i))
-        hits += best == pick
+        hits += pick in c["right"]
     assert report["summary"]["simulator"]["top1"] == pytest.approx(hits / len(held))
 
 
@@ -166,7 +242,9 @@ def test_summary_doc_reports_the_simulator_and_alpha_beta_side_by_side(report, t
     doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json", tmp_path / "p.png")
     sim, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
     assert {k: doc[k] for k in SUMMARY_FIELDS} == {k: sim[k] for k in SUMMARY_FIELDS}
-    assert doc["alpha_beta"] == {k: ab[k] for k in SUMMARY_FIELDS}
+    assert doc["alpha_beta"] == {k: ab[k] for k in (*SUMMARY_FIELDS, *NEW_FIELDS)}
+    assert doc["protocol"] == "model-chosen (before issue 10)"  # the recorded fixture predates the new protocol
+    assert all(k in doc for k in NEW_FIELDS) and doc["tuned_loss_5pct"] == 0.0
     assert doc["spearman"] != doc["alpha_beta"]["spearman"]  # the two columns are not the same model twice
     assert doc["cases"] == 6 and doc["fit_cases"] == 2 and doc["oracle"] == report["summary"]["oracle"]
     assert "tests/data/accuracy-raw-tiny.json" in doc["reproduce"]["recompute"]
@@ -227,3 +305,81 @@ def test_merge_raw_puts_testbeds_side_by_side_and_refuses_repeated_names():
     assert build_report(merged)["summary"]["simulator"]["cases"] == 12
     with pytest.raises(SystemExit):
         merge_raw([raw, raw])
+
+
+def test_the_default_suite_measures_a_smaller_sample_only_at_16_and_64_MiB():
+    from scripts.accuracy.measure import size_groups
+
+    groups = size_groups(DEFAULT, 30)
+    assert groups == [((64 << 10, 256 << 10), 30, 5), ((1 << 20, 4 << 20), 30, 1), ((16 << 20, 64 << 20), 12, 1)]
+    # a combo with 7 programs measures all of them at every size: the sizes from 1 MiB on share one run
+    assert size_groups(DEFAULT, 7) == [((64 << 10, 256 << 10), 7, 5), ((1 << 20, 4 << 20, 16 << 20, 64 << 20), 7, 1)]
+
+
+def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_entries():
+    """The plan the campaign hands to runtime.tune: one request per size, the sample in its drawn order; and back."""
+    from hierarchies.placement import Axis, Placement
+    from hierarchies.plan_file import parse_plan_file
+    from hierarchies.program import default_program
+    from scripts.accuracy.measure import combo_plan, tuned_results
+    from scripts.accuracy.programs import all_programs, make_request
+
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 2}, {"name": "core", "count": 2}))
+    pl = Placement(h, (Axis(name="data", size=4),), ((2, 2),))
+    req = make_request(pl, ("data",), "all_reduce")
+    default = default_program(pl, req)
+    chosen = [p for p in all_programs(pl, req, 3) if p != default][:3]
+    doc = combo_plan(h, pl, ("data",), "all_reduce", default, chosen, (1024, 4096))
+    plan = parse_plan_file(doc)
+    assert [r.message_bytes for r in plan.requests] == [1024, 4096]
+    assert [p.program for p in plan.placement(0).request("s4096").programs] == chosen
+    # a tuned document: figures on the default and two programs; the default listed first as the pick
+    for body in doc["placements"][0]["requests"]:
+        fig = {"measured_s": 1.0, "measured_ci_s": [0.9, 1.1], "measured_repeats_s": [1.0, 0.9, 1.1], "wrong": 0}
+        body["default"] = {**body["default"], **fig}
+        body["programs"] = [dict(body["default"]), *({**p, **fig, "measured_s": 2.0} for p in body["programs"][:2]), body["programs"][2]]
+    rows = tuned_results(doc, iters=5)
+    assert len(rows) == 6 and [r["nbytes"] for r in rows] == [1024] * 3 + [4096] * 3
+    assert [r["default"] for r in rows[:3]] == [True, False, False] and [r["time_s"] for r in rows[:3]] == [1.0, 2.0, 2.0]
+    assert rows[1]["ci_s"] == [0.9, 1.1] and rows[1]["iters"] == 5
+
+
+SMOKE_FIXTURE = ROOT / "tests" / "data" / "accuracy-raw-smoke.json"  # a trimmed smoke run of the new protocol
+
+
+def test_report_of_the_model_independent_protocol_recomputed_by_hand():
+    """From a recorded run of the new protocol (4 combos, 64 KiB and 1 MiB, up to 15 programs per case): the
+    right answers, ties, top-1, top-10 over cases with more than 10 programs and the noise, recomputed from the
+    raw repeats with the order statistics written out here."""
+    raw = json.loads(SMOKE_FIXTURE.read_text())
+    report = build_report(raw)
+    assert report["protocol"] == "model-independent"
+    assert set(report["fit"]["constants_by_model"]) == {"simulator", "alpha-beta"}  # both models fitted alike
+
+    def interval(xs):  # 9 repeats: the 2nd and 8th smallest (coverage 96%)
+        xs = sorted(xs)
+        assert len(xs) == 9
+        return xs[1], xs[7], statistics.median(xs)
+
+    held = [c for c in report["cases"] if not c["fit"]]
+    assert len(held) == 6 and report["summary"]["simulator"]["cases"] == 6
+    ties_, hits1, hits10, spreads = 0, [], [], []
+    for case in held:
+        combo = next(c for c in raw["testbeds"][0]["combos"] if c["index"] == case["combo"])
+        rs = [r for r in combo["results"] if r["nbytes"] == case["nbytes"]]
+        ivs = [interval(r["repeats_s"]) for r in rs]
+        assert [p["measured_s"] for p in case["programs"]] == [m for _, _, m in ivs]
+        best = min(range(len(ivs)), key=lambda i: ivs[i][2])
+        right = {i for i, (lo, hi, _) in enumerate(ivs) if lo <= ivs[best][1] and ivs[best][0] <= hi}
+        assert set(case["right"]) == right
+        ties_ += len(right) > 1
+        order = sorted(range(len(rs)), key=lambda i: (case["programs"][i]["simulator_s"], case["programs"][i]["steps"], i))
+        hits1.append(order[0] in right)
+        if len(rs) > 10:
+            hits10.append(bool(right & set(order[:10])))
+        spreads += [(max(r["repeats_s"]) - min(r["repeats_s"])) / statistics.median(r["repeats_s"]) for r in rs]
+    s = report["summary"]["simulator"]
+    assert s["ties"] == ties_ and s["top1"] == sum(hits1) / 6
+    assert s["cases_over_10_programs"] == len(hits10) == 2 and s["top10"] == sum(hits10) / 2
+    assert s["noise_median"] == pytest.approx(statistics.median(spreads))
+    assert s["tuned_loss_5pct"] == 0.0  # the tuner keeps the default unless beaten beyond noise

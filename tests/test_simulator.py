@@ -16,8 +16,8 @@ AR, RS, AG, R, B, A2A = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 
-def _pair(uplink=None):
-    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0, uplink_GBps=uplink),
+def _pair(uplink=None, duplex=None):
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0, uplink_GBps=uplink, duplex_efficiency=duplex),
                           Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0)
     return Placement(h, (Axis(name="data", size=2),), ((2, 1),))
 
@@ -49,6 +49,23 @@ def test_reduce_scatter_and_all_gather_volumes():
     assert math.isclose(_t(_pair(), AG, m, Y=1), ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
 
 
+def test_two_way_traffic_slows_the_exchanging_schedules_by_the_duplex_efficiency():
+    """duplex_efficiency 0.5 on the link: the exchanging schedules' transfer takes twice as long; the latency, the
+    summing and the overhead do not change, nor the one-way binomial trees of reduce and broadcast."""
+    m = float(1 << 20)
+    assert math.isclose(_t(_pair(duplex=0.5), RS, m), ALPHA + 2 * (m / 2) / BW + (m / 2) / (GAMMA_GBPS * 1e9) + OVERHEAD, rel_tol=1e-12)
+    assert math.isclose(_t(_pair(duplex=0.5), AG, m, Y=1), ALPHA + 2 * (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
+    # all_reduce: both schedules exchange; large: ring (2 alpha + 2 m/BW doubled), small: recursive doubling
+    big = float(1 << 26)
+    assert math.isclose(_t(_pair(duplex=0.5), AR, big), 2 * ALPHA + 2 * big / BW + (big / 2) / (GAMMA_GBPS * 1e9) + OVERHEAD, rel_tol=1e-12)
+    small = 1024.0
+    assert math.isclose(_t(_pair(duplex=0.5), AR, small), ALPHA + 2 * small / BW + small / (GAMMA_GBPS * 1e9) + OVERHEAD, rel_tol=1e-12)
+    # a broadcast over two devices runs the binomial tree (one round, one way): the term leaves it alone
+    tree = ALPHA + big / BW
+    assert math.isclose(_t(_pair(duplex=0.5), B, big), tree + OVERHEAD, rel_tol=1e-12)
+    assert _t(_pair(duplex=0.5), B, big) == _t(_pair(), B, big)
+
+
 def test_shared_uplink_slows_concurrent_groups():
     # node 2 x core 4, one NIC per node (1 GB/s) shared by its 4 cores; AR over data@node (4 groups at once)
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
@@ -66,7 +83,7 @@ def _random_placement(draw):
     counts = [draw(st.sampled_from([2, 4])) for _ in range(2)]
     h = Hierarchy(levels=(
         Level(name="node", count=counts[0], bandwidth_GBps=draw(st.sampled_from([0.1, 1.0])), latency_us=50,
-              uplink_GBps=draw(st.sampled_from([None, 0.2]))),
+              uplink_GBps=draw(st.sampled_from([None, 0.2])), duplex_efficiency=draw(st.sampled_from([None, 0.5]))),
         Level(name="core", count=counts[1], bandwidth_GBps=draw(st.sampled_from([2.0, 10.0])), latency_us=2),
     ), reduce_GBps=draw(st.sampled_from([None, 1.0, 4.0])), step_overhead_us=draw(st.sampled_from([None, 20.0])))
     return Placement(h, (Axis(name="data", size=counts[0] * counts[1]),), ((counts[0], counts[1]),))

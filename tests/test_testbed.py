@@ -150,10 +150,13 @@ def test_fit_latency_shrugs_off_a_slow_spell_during_one_size():
 def test_fitted_hierarchy_loads_and_keeps_unmeasured_levels():
     h = TestbedConfig(nodes=1, ranks_per_node=4, inter_node_bps=10**9).hierarchy()
     res = {1: {"fit": {"latency_us": 1.23456, "bandwidth_GBps": 7.654321},
-               "concurrent": {"uplink_GBps": 20.0}}}
+               "concurrent": {"uplink_GBps": 20.0}, "duplex": {"efficiency": 0.54321}}}
     out = fitted_hierarchy(h, res, reduce_GBps=6.2625)
     assert out.levels[0] == h.levels[0] and out.levels[1].bandwidth_GBps == 7.654 and out.levels[1].latency_us == 1.235
-    assert out.levels[1].uplink_GBps == 20.0
+    # the innermost level's two-way figure is CPU contention, not a link: not written
+    assert out.levels[1].uplink_GBps == 20.0 and out.levels[1].duplex_efficiency is None
+    res[0] = {"fit": {"latency_us": 20.0, "bandwidth_GBps": 0.1}, "duplex": {"efficiency": 0.54321}}
+    assert fitted_hierarchy(h, res).levels[0].duplex_efficiency == 0.543
     assert Hierarchy.model_validate_json(out.model_dump_json()) == out and out.name.endswith("-fitted")
     if "reduce_GBps" in Hierarchy.model_fields:  # the summing rate, where the model carries it
         assert out.reduce_GBps == 6.263
@@ -242,8 +245,10 @@ def test_lifecycle_up_job_calibrate_down_leaves_nothing(needs_testbed, tmp_path)
         assert shaped / 2 < node.bandwidth_GBps < shaped * 2, node
         assert shaped / 2 < node.uplink_GBps < shaped * 2, node
         assert core.bandwidth_GBps > 10 * node.bandwidth_GBps, (core, node)
+        assert 0 < node.duplex_efficiency <= 1 and core.duplex_efficiency is None
         raw = json.loads((tmp_path / "fitted.calibration.json").read_text())
         assert [lv["level"] for lv in raw["levels"]] == ["node", "core"]
+        assert all(lv["duplex"]["two_way_s"] > 0 and lv["duplex"]["pairs"] == (2, 1)[i] for i, lv in enumerate(raw["levels"]))
     finally:
         r = cli("down", *inst)
     assert r.returncode == 0, r.stderr

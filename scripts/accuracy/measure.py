@@ -1,12 +1,16 @@
-"""Measure a suite on the emulated testbed: up, calibrate, bench every combo's programs, down.
+"""Measure a suite on the emulated testbed: up, calibrate, tune every combo's sampled programs, down.
 
-Writes the raw JSON (everything the report needs) after every combo, so an
-interrupted run keeps what it measured.
+Per combo the programs to measure come from programs.sample_programs (no cost
+model involved); they go into a workload plan with one request per size and run
+under ``python -m runtime.tune --top all-of-them``: every program checked exactly,
+all of a size timed in interleaved rounds, a median and a 95% interval each
+(runtime/measure.py, runtime/stats.py: the tuner's own code). Writes the raw
+JSON (everything the report needs) after every combo, so an interrupted run
+keeps what it measured.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -18,10 +22,10 @@ from hierarchies.model import Hierarchy
 from hierarchies.program import default_program
 from scripts.accuracy.programs import (
     all_programs,
-    choose,
     make_request,
     placements,
     requests,
+    sample_programs,
 )
 from scripts.accuracy.suite import Suite, Testbed
 
@@ -40,14 +44,6 @@ def _testbed(*args: str, timeout: float | None = None, check: bool = True) -> su
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return r
-
-
-def _bytes_spec(sizes: tuple[int, ...]) -> str:
-    if len(sizes) == 1:
-        return str(sizes[0])
-    f = sizes[1] // sizes[0]
-    assert all(b == a * f for a, b in itertools.pairwise(sizes)), "sizes must be geometric"
-    return f"{sizes[0]}:{sizes[-1]}:{f}"
 
 
 def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print) -> dict:
@@ -119,48 +115,63 @@ def _calibration_summary(cal: dict) -> dict:
     return strip(cal)
 
 
+def size_groups(suite: Suite, sampled: int) -> list[tuple[tuple[int, ...], int, int]]:
+    """The tuner runs of one combo: (sizes, programs measured besides the default, iters per repeat) per run."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for size in suite.sizes:
+        count = min(sampled, suite.large_sample) if size >= suite.large_from else sampled
+        iters = suite.iters_small if size < suite.small_below else suite.iters
+        groups.setdefault((count, iters), []).append(size)
+    return [(tuple(sizes), count, iters) for (count, iters), sizes in groups.items()]
+
+
+def combo_plan(h: Hierarchy, pl, names, col, default, programs, sizes) -> dict:
+    """A workload plan whose requests are the combo's request at each size, each listing `programs` (model-free order)."""
+    body = {"default": default.to_json(pl), "programs": [p.to_json(pl) for p in programs]}
+    return {
+        "hierarchy": h.model_dump(mode="json", exclude_none=True),
+        "axes": [{"name": a.name, "size": a.size} for a in pl.axes],
+        "workload": [{"name": f"s{size}", "axes": list(names), "collective": col, "message_bytes": size, "count": 1} for size in sizes],
+        "placements": [{"matrix": [list(r) for r in pl.matrix], "requests": [body for _ in sizes]}],
+    }
+
+
+def tuned_results(tuned: dict, iters: int) -> list[dict]:
+    """The raw result entries of a tuned combo plan: one per (program, size), the default flagged."""
+    out = []
+    for w, body in zip(tuned["workload"], tuned["placements"][0]["requests"]):
+        entries = [(True, body["default"])]
+        entries += [(False, e) for e in body["programs"] if "measured_s" in e and e["steps"] != body["default"]["steps"]]
+        out += [{"program": {"steps": e["steps"]}, "default": is_default, "nbytes": w["message_bytes"], "time_s": e["measured_s"],
+                 "ci_s": e["measured_ci_s"], "repeats_s": e["measured_repeats_s"], "wrong": e["wrong"], "iters": iters}
+                for is_default, e in entries]
+    return out
+
+
 def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> dict | None:
     programs = all_programs(pl, req, suite.max_steps)
     if len(programs) <= suite.only_over:
         return None
-    chosen = choose(pl, req, programs, suite.sizes, top_sim=suite.top_sim, top_ab=suite.top_ab,
-                    sample=suite.sample, cap=suite.cap, seed=suite.seed + index)
     default = default_program(pl, req)
-    plan = {
-        "hierarchy": h.model_dump(mode="json", exclude_none=True),
-        "axes": [{"name": a.name, "size": a.size} for a in pl.axes],
-        "request": {"axes": list(names), "collective": col},
-        "message_bytes": suite.sizes[0], "max_steps": suite.max_steps, "cost_model": "simulator",
-        "placements": [{"matrix": [list(r) for r in pl.matrix],
-                        "default": default.to_json(pl),
-                        "programs": [p.to_json(pl) for p in chosen]}],
-    }
+    chosen = sample_programs(programs, default, limit=suite.limit, sample=suite.sample, seed=suite.seed + index)
     tag = f"{tb.name}-{index:03d}"
-    plan_path = workdir / f"plan-{tag}.json"
-    plan_path.write_text(json.dumps(plan))
     combo = {"index": index, "axes": [[a.name, a.size] for a in pl.axes], "matrix": [list(r) for r in pl.matrix],
              "request": {"axes": list(names), "collective": col}, "program_count": len(programs),
-             "measured_programs": len(chosen) + 1, "results": []}
+             "measured_programs": len(chosen) + 1, "sampled": len(programs) - 1 > suite.limit, "results": []}
     t0 = time.monotonic()
-    small = tuple(s for s in suite.sizes if s < suite.small_below)
-    large = tuple(s for s in suite.sizes if s >= suite.small_below)
-    for part, (sizes, iters) in enumerate(((small, suite.iters_small), (large, suite.iters))):
-        if not sizes:
-            continue
-        bench_path = workdir / f"bench-{tag}-{part}.json"
-        bench_path.unlink(missing_ok=True)
-        r = _testbed("run", "--timeout", "600", "--", "python", "-m", "runtime.bench", str(plan_path), "--placement", "0",
-                     "--top", "all", "--bytes", _bytes_spec(sizes), "--warmup", str(suite.warmup),
-                     "--iters", str(iters), "--repeats", str(suite.repeats), "--out", str(bench_path),
-                     timeout=660, check=False)
-        if r.returncode != 0 or not bench_path.exists():
+    for part, (sizes, count, iters) in enumerate(size_groups(suite, len(chosen))):
+        plan_path = workdir / f"plan-{tag}-{part}.json"
+        plan_path.write_text(json.dumps(combo_plan(h, pl, names, col, default, chosen[:count], sizes)))
+        tuned_path = workdir / f"tuned-{tag}-{part}.json"
+        tuned_path.unlink(missing_ok=True)
+        r = _testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.tune", str(plan_path), "--out", str(tuned_path),
+                     "--top", str(count), "--no-refit", "--warmup", str(suite.warmup), "--iters", str(iters),
+                     "--repeats", str(suite.repeats), timeout=3060, check=False)
+        if r.returncode != 0 or not tuned_path.exists():
             combo["error"] = f"exit {r.returncode}: " + (r.stdout[-1500:] + r.stderr[-1500:])
             log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): FAILED exit {r.returncode}")
             continue
-        bench = json.loads(bench_path.read_text())
-        combo["results"] += [{"program": x["program"], "default": x["is_default"], "nbytes": x["bytes"],
-                              "time_s": x["time_s"], "repeats_s": x["repeats_s"], "transposes": x["transposes"],
-                              "wrong": x["wrong"], "iters": iters} for x in bench["results"]]
+        combo["results"] += tuned_results(json.loads(tuned_path.read_text()), iters)
     wall = time.monotonic() - t0
     combo["wall_s"] = round(wall, 2)
     log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): {len(chosen) + 1}/{len(programs)} programs, {wall:.1f} s")

@@ -1,10 +1,17 @@
-"""Metric functions of the accuracy report: pure, on plain lists (tested on hand-made data)."""
+"""Metric functions of the accuracy report: pure, on plain lists (tested on hand-made data).
+
+Under the model-independent protocol a case's *right answers* are the programs within noise of
+the measured-fastest (``runtime.stats.ties``: their 95% intervals overlap the best's); a model
+hits when its pick (or, for top-k, one of its k best) is among them.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Sequence
+
+from runtime.stats import Interval, pick
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -72,3 +79,36 @@ def summarize(values: Sequence[float]) -> dict:
     if not values:
         return {"median": None, "mean": None, "max": None}
     return {"median": statistics.median(values), "mean": statistics.fmean(values), "max": max(values)}
+
+
+def hits(predicted: Sequence[float], right: Sequence[int], k: int, lengths: Sequence[int] | None = None) -> bool:
+    """Is one of the model's `k` best predictions among the `right` programs (those within noise of the measured best)?"""
+    return bool(set(model_order(predicted, lengths)[:k]) & set(right))
+
+
+def top_k_over(flags_and_sizes: Sequence[tuple[bool, int]], k: int) -> tuple[float | None, int]:
+    """Top-k rate over the cases with more than `k` measured programs only (others would be hits by construction).
+
+    `flags_and_sizes`: per case (hit within top k, number of measured programs). Returns (rate or None, cases counted).
+    """
+    kept = [hit for hit, n in flags_and_sizes if n > k]
+    return (sum(kept) / len(kept) if kept else None), len(kept)
+
+
+def regret(predicted: Sequence[float], measured: Sequence[float], lengths: Sequence[int] | None = None) -> float:
+    """Measured time of the model's pick over the measured best (1.0: it picked the fastest)."""
+    return measured[model_order(predicted, lengths)[0]] / min(measured)
+
+
+def loses(measured: Sequence[float], chosen: int, default_index: int, threshold: float = 1.05) -> bool:
+    """Does the chosen program measure more than `threshold` times the default's time?"""
+    return measured[chosen] > threshold * measured[default_index]
+
+
+def tuner_choice(predicted: Sequence[float], intervals: Sequence[Interval], default_index: int, k: int,
+                 lengths: Sequence[int] | None = None) -> int:
+    """What ``runtime.tune --top k`` would pick from these measurements: among the default and the model's `k` best
+    other programs, the fastest if it beats the default beyond noise, else the default (an index into the case)."""
+    others = [i for i in model_order(predicted, lengths) if i != default_index][:k]
+    candidates = [default_index, *others]
+    return candidates[pick([intervals[i] for i in candidates], 0)]

@@ -8,7 +8,7 @@ import random
 
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement, enumerate_matrices
-from hierarchies.program import Collective, Program, Request, default_program
+from hierarchies.program import Collective, Program, Request
 from hierarchies.abstract import enumerate_programs
 from solver.cost import program_seconds
 from solver.models import cost_model
@@ -46,31 +46,13 @@ def predict(placement: Placement, request: Request, program: Program, nbytes: fl
     return math.fsum(program_seconds(cost_model(placement, request, nbytes, kind), placement, request, program))
 
 
-def choose(placement: Placement, request: Request, programs: list[Program], sizes, *, top_sim: int, top_ab: int,
-           sample: int, cap: int, seed: int) -> list[Program]:
-    """What to measure: the simulator's best `top_sim` and alpha-beta's best `top_ab` at every size, plus a
-    random sample of the rest, at most `cap` (the default program is always measured, apart from these)."""
-    default = default_program(placement, request)
-    if len(programs) <= cap + 1:
-        return [p for p in programs if p != default]
-    chosen: list[Program] = []
+def sample_programs(programs: list[Program], default: Program, *, limit: int, sample: int, seed: int) -> list[Program]:
+    """What to measure besides the default, chosen without any cost model: every other valid program when there are at
+    most `limit`, else a uniform random sample of `sample` of them (``random.Random(seed).sample``), in sampled order.
 
-    def add(p: Program) -> None:
-        if p != default and p not in chosen and len(chosen) < cap:
-            chosen.append(p)
-
-    ranked = {}
-    for kind, k in (("simulator", top_sim), ("alpha-beta", top_ab)):
-        for size in sizes:
-            ranked[kind, size] = sorted(programs, key=lambda p: (predict(placement, request, p, size, kind), len(p.steps)))
-    for i in range(max(top_sim, top_ab)):
-        for kind, k in (("simulator", top_sim), ("alpha-beta", top_ab)):
-            if i < k:
-                for size in sizes:
-                    add(ranked[kind, size][i])
-    rest = [p for p in programs if p not in chosen and p != default]
-    rng = random.Random(seed)
-    for p in rng.sample(rest, min(sample, len(rest))):
-        if len(chosen) < cap + sample:
-            chosen.append(p)
-    return chosen
+    The order matters for the largest sizes, which measure only a prefix of the sample (still uniform).
+    """
+    others = [p for p in programs if p != default]
+    if len(others) <= limit:
+        return others
+    return random.Random(seed).sample(others, sample)

@@ -1,4 +1,10 @@
-"""The accuracy report from raw measurements: held-out split, fitted constants, metrics, plot."""
+"""The accuracy report from raw measurements: held-out split, fitted constants, metrics, plots.
+
+The measured time of a program is the median of its interleaved repeats, with the
+distribution-free 95% interval of runtime/stats.py; the programs within noise of the
+measured-fastest are a case's right answers (ties). Every cost model gets the same
+fitting (fit_constants, per model) on the fit subset; metrics are on the other combos.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +17,24 @@ from pathlib import Path
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement
 from hierarchies.program import Program
+from runtime.layout import plan_layout
+from runtime.stats import Interval, median_interval, relative_spread, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.programs import make_request, predict
 
 MODELS = ("simulator", "alpha-beta")
-# The measured time of a program: the fastest repeat (each repeat: the max over ranks of the mean over its
-# iterations). Other jobs on the shared cores only ever add time, so the fastest repeat is the least disturbed
-# one; "median" gives runtime.bench's own figure.
-STATISTIC = "min"
+PROTOCOL = "model-independent"
+TUNER_TOP = 5  # the tuner's K in tuned_loss_5pct / tuned_regret_median
 
 
-def measured_time(r: dict, statistic: str = STATISTIC) -> float:
-    if statistic == "min" and r.get("repeats_s"):
-        return min(r["repeats_s"])
-    return r["time_s"]
+def measured_interval(r: dict) -> Interval:
+    """A raw result's median over its repeats and 95% interval (the tuner's own figures)."""
+    return median_interval(r["repeats_s"]) if r.get("repeats_s") else median_interval([r["time_s"]])
+
+
+def measured_time(r: dict) -> float:
+    """The measured time of a raw result: the median over its repeats."""
+    return measured_interval(r).median
 # Simulator constants fitted on the fit subset (grid, microseconds): the per-step launch overhead.
 OVERHEAD_GRID_US = [0.0] + [round(10 ** (i / 8), 1) for i in range(33)]  # 1 us .. 10 ms
 
@@ -46,7 +56,14 @@ class Case:
     measured: list[float]
     default_index: int
     transposes: list[int]
+    intervals: list[Interval] = field(default_factory=list)
+    spreads: list[float] = field(default_factory=list)
     predicted: dict = field(default_factory=dict)
+
+    @property
+    def right(self) -> list[int]:
+        """The programs within noise of the measured-fastest (any of them is a right pick)."""
+        return ties(self.intervals)
 
 
 def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
@@ -82,7 +99,9 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
                     axes_key="x".join(f"{a}={s}" for a, s in combo["axes"]),
                     request_key=f"{combo['request']['collective']}({','.join(names)})", nbytes=nbytes, programs=progs,
                     lengths=[len(p.steps) for p in progs], measured=[measured_time(r) for r in rs], default_index=dflt[0],
-                    transposes=[r.get("transposes", 0) for r in rs]))
+                    transposes=[r["transposes"] if "transposes" in r else plan_layout(pl, req, p).transposes for r, p in zip(rs, progs)],
+                    intervals=[measured_interval(r) for r in rs],
+                    spreads=[relative_spread(r["repeats_s"]) if r.get("repeats_s") else 0.0 for r in rs]))
     return cases, hierarchies
 
 
@@ -91,11 +110,14 @@ def _with(h: Hierarchy, **kw) -> Hierarchy:
 
 
 def _predict_all(cases: list[Case], hierarchies: dict[str, Hierarchy], kind: str, key: str | None = None) -> None:
+    """Predict every program of `cases` under model `kind`; the hierarchy's ``step_overhead_us`` is charged per step
+    here, outside the model, so that every model gets it alike (alpha-beta has no such term of its own)."""
     key = key or kind
     for c in cases:
         h = hierarchies[c.testbed]
-        pl = Placement(h, c.placement.axes, c.placement.matrix)
-        c.predicted[key] = [predict(pl, c.request, p, c.nbytes, kind) for p in c.programs]
+        overhead = (h.step_overhead_us or 0.0) * 1e-6
+        pl = Placement(h.model_copy(update={"step_overhead_us": None}), c.placement.axes, c.placement.matrix)
+        c.predicted[key] = [predict(pl, c.request, p, c.nbytes, kind) + len(p.steps) * overhead for p in c.programs]
 
 
 def _log_error(cases: list[Case], key: str) -> float:
@@ -133,12 +155,12 @@ def _inner_only(c: Case, i: int) -> bool:
     return all(cell.level == inner for step in c.programs[i].steps for cell in step.slice)
 
 
-def _grid_fit(h: Hierarchy, name: str, cases: list[Case], effs, inners, keep=None, lats=(1.0,)) -> tuple:
+def _grid_fit(h: Hierarchy, name: str, cases: list[Case], effs, inners, keep=None, lats=(1.0,), kind: str = "simulator") -> tuple:
     """(error, efficiency, inner, overhead, n, latency) minimising the median |log(pred/meas)| over the programs of `cases`
     that `keep(case, index)` accepts. The overhead enters a program as ``steps * overhead`` (closed form)."""
     best = None
     for eff, inner, lat in ((e, i, la) for e in effs for i in inners for la in lats):
-        _predict_all(cases, {name: scaled(h, eff, 0.0, inner, lat)}, "simulator", "trial")
+        _predict_all(cases, {name: scaled(h, eff, 0.0, inner, lat)}, kind, "trial")
         pairs = [(c.predicted["trial"][i], c.measured[i], c.lengths[i]) for c in cases for i in range(len(c.programs))
                  if keep is None or keep(c, i)]
         for ov in OVERHEAD_GRID_US:
@@ -148,8 +170,8 @@ def _grid_fit(h: Hierarchy, name: str, cases: list[Case], effs, inners, keep=Non
     return best
 
 
-def fit_constants(cases: list[Case], hierarchies: dict[str, Hierarchy], contention: dict[str, float] | None = None
-                  ) -> tuple[dict[str, Hierarchy], dict]:
+def fit_constants(cases: list[Case], hierarchies: dict[str, Hierarchy], contention: dict[str, float] | None = None,
+                  kind: str = "simulator") -> tuple[dict[str, Hierarchy], dict]:
     """Per testbed, the constants the ping-pong microbenchmarks cannot give:
 
     1. shared-memory efficiency: what one rank gets of the ping-pong bandwidth when every rank is busy
@@ -171,9 +193,9 @@ def fit_constants(cases: list[Case], hierarchies: dict[str, Hierarchy], contenti
         if inner is None:
             inner, source = 1.0, "none"
             if any(_inner_only(c, i) for c in mine for i in range(len(c.programs))):
-                inner = _grid_fit(h, name, mine, [1.0], INNER_GRID, _inner_only)[2]
+                inner = _grid_fit(h, name, mine, [1.0], INNER_GRID, _inner_only, kind=kind)[2]
                 source = "fit subset, programs inside a node"
-        err, eff, _, ov, n, lat = _grid_fit(h, name, mine, EFFICIENCY_GRID, [inner], lats=LATENCY_GRID)
+        err, eff, _, ov, n, lat = _grid_fit(h, name, mine, EFFICIENCY_GRID, [inner], lats=LATENCY_GRID, kind=kind)
         fitted[name] = scaled(h, eff, ov, inner, lat)
         info[name] = {"network_efficiency": eff, "network_latency_factor": lat, "shared_memory_efficiency": round(inner, 4),
                       "shared_memory_efficiency_from": source, "step_overhead_us": ov,
@@ -184,15 +206,22 @@ def fit_constants(cases: list[Case], hierarchies: dict[str, Hierarchy], contenti
 
 
 def case_metrics(c: Case, key: str) -> dict:
-    pred = c.predicted[key]
+    """One case's figures under model `key`: hits (ties within noise count), Spearman, errors, pick and tuner."""
+    pred, right = c.predicted[key], c.right
+    pick = M.model_order(pred, c.lengths)[0]
+    tuned = M.tuner_choice(pred, c.intervals, c.default_index, TUNER_TOP, c.lengths)
+    best = min(c.measured)
     return {
-        "top1": M.in_top_k(pred, c.measured, 1, c.lengths),
-        "top5": M.in_top_k(pred, c.measured, 5, c.lengths),
-        "top10": M.in_top_k(pred, c.measured, 10, c.lengths),
+        "top1": M.hits(pred, right, 1, c.lengths),
+        "top5": M.hits(pred, right, 5, c.lengths),
+        "top10": M.hits(pred, right, 10, c.lengths),
         "spearman": M.spearman(pred, c.measured),
         "rel_errors": [M.rel_error(p, m) for p, m in zip(pred, c.measured)],
-        "speedup": M.pick_speedup(pred, c.measured, c.default_index, c.lengths),
-        "regret": c.measured[M.model_order(pred, c.lengths)[0]] / min(c.measured),
+        "speedup": c.measured[c.default_index] / c.measured[pick],
+        "regret": c.measured[pick] / best,
+        "loss": M.loses(c.measured, pick, c.default_index),
+        "tuned_regret": c.measured[tuned] / best,
+        "tuned_loss": M.loses(c.measured, tuned, c.default_index),
     }
 
 
@@ -201,6 +230,7 @@ def _frac(flags: list[bool]) -> float | None:
 
 
 def aggregate(cases: list[Case], key: str) -> dict:
+    """The figures of model `key` over `cases` (top-k only over cases with more than k measured programs)."""
     per = [case_metrics(c, key) for c in cases]
     n = len(per)
     if not n:
@@ -209,25 +239,33 @@ def aggregate(cases: list[Case], key: str) -> dict:
     rhos = [p["spearman"] for p in per if p["spearman"] is not None]
     sp = [p["speedup"] for p in per]
     wins = [s for s in sp if s > 1.0]
+    sizes = [len(c.measured) for c in cases]
+    top5, over5 = M.top_k_over([(p["top5"], k) for p, k in zip(per, sizes)], 5)
+    top10, over10 = M.top_k_over([(p["top10"], k) for p, k in zip(per, sizes)], 10)
     out = {
         "cases": n,
-        "programs_measured": sum(len(c.measured) for c in cases),
+        "programs_measured": sum(sizes),
+        "ties": sum(len(c.right) > 1 for c in cases),
         "top1": sum(p["top1"] for p in per) / n,
-        "top5": sum(p["top5"] for p in per) / n,
-        "top10": sum(p["top10"] for p in per) / n,
-        "cases_over_5_programs": sum(len(c.measured) > 5 for c in cases),
-        "top5_over_5": _frac([p["top5"] for p, c in zip(per, cases) if len(c.measured) > 5]),
-        "cases_over_10_programs": sum(len(c.measured) > 10 for c in cases),
-        "top10_over_10": _frac([p["top10"] for p, c in zip(per, cases) if len(c.measured) > 10]),
+        "top5": top5,
+        "top10": top10,
+        "cases_over_5_programs": over5,
+        "cases_over_10_programs": over10,
+        "top10_over_10": top10,
         "top1_within_5pct": sum(p["regret"] <= 1.05 for p in per) / n,
         "top1_within_10pct": sum(p["regret"] <= 1.10 for p in per) / n,
+        "pick_loss_5pct": sum(p["loss"] for p in per) / n,
         "pick_regret_median": statistics.median(p["regret"] for p in per),
         "pick_regret_max": max(p["regret"] for p in per),
+        "tuned_loss_5pct": sum(p["tuned_loss"] for p in per) / n,
+        "tuned_regret_median": statistics.median(p["tuned_regret"] for p in per),
+        "tuned_regret_max": max(p["tuned_regret"] for p in per),
         "spearman": statistics.mean(rhos) if rhos else None,
         "spearman_median": statistics.median(rhos) if rhos else None,
         "median_rel_error": statistics.median(errs),
         "max_rel_error": max(errs),
         "median_rel_error_best": statistics.median([p["rel_errors"][min(range(len(c.measured)), key=c.measured.__getitem__)] for p, c in zip(per, cases)]),
+        "noise_median": statistics.median(x for c in cases for x in c.spreads),
         "win_fraction": len(wins) / n,
         "win_fraction_5pct": sum(s > 1.05 for s in sp) / n,
         "loss_fraction_5pct": sum(s < 1 / 1.05 for s in sp) / n,
@@ -278,13 +316,18 @@ def contention_ratios(raw: dict) -> dict[str, float]:
 
 def build_report(raw: dict) -> dict:
     cases, hierarchies = load_cases(raw)
-    fitted, fit_info = fit_constants(cases, hierarchies, contention_ratios(raw))
-    _predict_all(cases, fitted, "simulator")
-    _predict_all(cases, hierarchies, "alpha-beta")
+    fitted, fit_info = {}, {}
+    for kind in MODELS:  # every model gets the same fitting, on the same fit subset
+        fitted[kind], fit_info[kind] = fit_constants(cases, hierarchies, contention_ratios(raw), kind)
+        _predict_all(cases, fitted[kind], kind)
     held = [c for c in cases if not c.fit]
-    report = {"split": "combos with index % fit_every == 0 (per testbed) are the fit subset; metrics on the others",
-              "fit": {"cases": sum(c.fit for c in cases), "constants": fit_info},
-              "hierarchies": {k: v.model_dump(mode="json", exclude_none=True) for k, v in fitted.items()},
+    protocol = raw["suite"].get("protocol", "model-chosen (before issue 10)")
+    report = {"protocol": protocol,
+              "split": "combos with index % fit_every == 0 (per testbed) are the fit subset; metrics on the others",
+              "fit": {"cases": sum(c.fit for c in cases), "constants": fit_info["simulator"], "constants_by_model": fit_info},
+              "hierarchies": {k: v.model_dump(mode="json", exclude_none=True) for k, v in fitted["simulator"].items()},
+              "noise_by_size": {str(size): statistics.median(x for c in cases if c.nbytes == size for x in c.spreads)
+                                for size in sorted({c.nbytes for c in cases})},
               "summary": {}, "fit_subset": {}, "by_testbed": {}, "by_size": {}, "by_collective": {}}
     for key in MODELS:
         s = aggregate(held, key)
@@ -300,12 +343,17 @@ def build_report(raw: dict) -> dict:
                     sub = [c for c in held if c.request_key.split("(")[0] == v]
                 report[dest].setdefault(str(v), {})[key] = aggregate(sub, key)
     report["summary"]["oracle"] = oracle(held)
+    report["summary"]["tuner"] = {k: report["summary"]["simulator"][k] for k in ("tuned_loss_5pct", "tuned_regret_median", "tuned_regret_max")}
     report["cases"] = [{
         "testbed": c.testbed, "combo": c.combo, "fit": c.fit, "placement": c.placement.describe(), "request": c.request_key,
         "nbytes": c.nbytes,
-        "programs": [{"text": p.text(c.placement), "measured_s": m, "simulator_s": ps, "alpha_beta_s": pa, "default": i == c.default_index,
-                      "transposes": t}
-                     for i, (p, m, ps, pa, t) in enumerate(zip(c.programs, c.measured, c.predicted["simulator"], c.predicted["alpha-beta"], c.transposes))],
+        "right": c.right,
+        "regret": {"simulator": (m := case_metrics(c, "simulator"))["regret"], "alpha-beta": case_metrics(c, "alpha-beta")["regret"],
+                   "tuner": m["tuned_regret"]},
+        "programs": [{"text": p.text(c.placement), "steps": len(p.steps), "measured_s": m, "measured_ci_s": iv.to_json(), "spread": sp,
+                      "simulator_s": ps, "alpha_beta_s": pa, "default": i == c.default_index, "transposes": t}
+                     for i, (p, m, iv, sp, ps, pa, t) in enumerate(zip(c.programs, c.measured, c.intervals, c.spreads, c.predicted["simulator"],
+                                                                       c.predicted["alpha-beta"], c.transposes))],
     } for c in cases]
     return report
 
@@ -329,8 +377,9 @@ def plot(report: dict, path: Path) -> None:
                     ax.scatter(xs, ys, s=10, c=col, marker=marker, alpha=alpha, label=f"{tb} ({'fit' if fit else 'held out'})")
                     lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
         s = report["summary"][label]
-        ax.set_title(f"{label}: top-1 {s['top1']:.0%}, top-10 {s['top10']:.0%}, Spearman {s['spearman']:.2f}, "
-                     f"median err {s['median_rel_error']:.0%}", fontsize=9)
+        pct = lambda v: "-" if v is None else f"{v:.0%}"
+        ax.set_title(f"{label}: top-1 {pct(s['top1'])}, top-10 (>10 progs) {pct(s['top10'])}, Spearman "
+                     f"{'-' if s['spearman'] is None else format(s['spearman'], '.2f')}, median err {pct(s['median_rel_error'])}", fontsize=9)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("measured time per run (s)")
@@ -348,32 +397,63 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_regret(report: dict, path: Path) -> None:
+    """CDF over held-out cases of pick / measured best, for the simulator's pick, alpha-beta's and the tuner's (K = 5)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    held = [c for c in report["cases"] if not c["fit"]]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, colour in (("simulator", "tab:blue"), ("alpha-beta", "tab:orange"), ("tuner", "tab:green")):
+        xs = sorted(c["regret"][key] for c in held)
+        if xs:
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", color=colour,
+                    label=f"{key} (median {statistics.median(xs):.3f}, max {max(xs):.2f})")
+    ax.axvline(1.05, color="k", ls=":", lw=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("measured time of the pick / measured best")
+    ax.set_ylabel("fraction of held-out cases")
+    ax.set_title(f"p2synth: regret of the pick ({len(held)} held-out cases, {report.get('protocol')} protocol)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 SUMMARY_FIELDS = ("cases", "top1", "top5", "top10", "spearman", "median_rel_error", "max_rel_error", "win_fraction",
                   "max_speedup", "mean_speedup")
+NEW_FIELDS = ("cases_over_10_programs", "ties", "top1_within_5pct", "pick_loss_5pct", "pick_regret_median", "pick_regret_max",
+              "tuned_loss_5pct", "tuned_regret_median", "noise_median")
 
 
 def summary_doc(report: dict, raw_name: str, plot_path) -> dict:
     s = report["summary"]
     doc = {k: s["simulator"].get(k) for k in SUMMARY_FIELDS}
-    for k in ("top1_within_5pct", "cases_over_10_programs", "top10_over_10", "spearman_median", "best_placement_picked"):
+    doc["protocol"] = report.get("protocol")
+    for k in (*NEW_FIELDS, "top10_over_10", "spearman_median", "best_placement_picked", "cases_over_5_programs"):
         doc[k] = s["simulator"].get(k)
+    doc["noise_by_size"] = report.get("noise_by_size")
     doc["placement_spread_max"] = s["simulator"].get("placement_spread_max")
     doc["placement_spread_mean"] = s["simulator"].get("placement_spread_mean")
-    doc["alpha_beta"] = {k: s["alpha-beta"].get(k) for k in SUMMARY_FIELDS}
+    doc["alpha_beta"] = {k: s["alpha-beta"].get(k) for k in (*SUMMARY_FIELDS, *NEW_FIELDS)}
     doc["oracle"] = s.get("oracle")
     doc["fit_cases"] = report["fit"]["cases"]
     doc["fitted_constants"] = report["fit"]["constants"]
     doc["split"] = report["split"]
     doc["paper"] = {"win_fraction": 0.69, "max_speedup": 2.04, "mean_speedup": 1.27, "top10": ">0.9"}
-    doc["targets"] = {"top1": 0.8, "top10": 0.99, "spearman": 0.9, "median_rel_error": 0.15}
+    doc["targets"] = {"top1": 0.8, "top10": 0.99, "spearman": 0.9, "median_rel_error": 0.15, "pick_loss_5pct": 0.02,
+                      "tuned_loss_5pct": 0.0, "tuned_regret_median": 1.02}
+    doc["fitted_constants_by_model"] = report["fit"].get("constants_by_model")
     doc["reproduce"] = {
-        "measure": "sudo env PATH=\"$PATH\" python -m scripts.accuracy --suite default --raw /tmp/acc/default.raw.json --out /tmp/acc/default.json; "
-                   "sudo env PATH=\"$PATH\" python -m scripts.accuracy --suite wide --raw /tmp/acc/wide.raw.json --out /tmp/acc/wide.json; "
-                   "python -m scripts.accuracy --from-raw /tmp/acc/default.raw.json /tmp/acc/wide.raw.json --raw docs/accuracy/raw.json "
-                   "--out docs/accuracy/report.json --plot docs/accuracy/predicted_vs_measured.png --summary docs/accuracy/summary.json "
-                   "--fitted-dir docs/accuracy/hierarchies",
+        "measure": "sudo env PATH=\"$PATH\" python -m scripts.accuracy --suite default --raw docs/accuracy/raw.json "
+                   "--out docs/accuracy/report.json --plot docs/accuracy/predicted_vs_measured.png "
+                   "--regret-plot docs/accuracy/regret.png --summary docs/accuracy/summary.json --fitted-dir docs/accuracy/hierarchies",
         "recompute": f"python -m scripts.accuracy --from-raw {raw_name} --out docs/accuracy/report.json "
-                     "--plot docs/accuracy/predicted_vs_measured.png --summary docs/accuracy/summary.json "
-                     "--fitted-dir docs/accuracy/hierarchies",
+                     "--plot docs/accuracy/predicted_vs_measured.png --regret-plot docs/accuracy/regret.png "
+                     "--summary docs/accuracy/summary.json --fitted-dir docs/accuracy/hierarchies",
     }
     return doc

@@ -1,16 +1,25 @@
-"""The accuracy suite: testbed layouts, axes, requests and message sizes.
+"""The accuracy suite: testbed layouts, axes, requests, message sizes and the model-independent protocol's knobs.
 
 One *combo* is (testbed, placement, request); one *case* is a combo at one size.
-The default suite has 2 testbeds, 46 combos, 4 sizes: 184 cases.
+What is measured per combo never depends on a cost model (programs.sample_programs):
+every valid program within `max_steps` where there are at most `limit` besides the
+default, else a uniform random sample of `sample`; plus the default. Sizes from
+`large_from` on measure only the first `large_sample` programs of that sample (a
+smaller uniform sample: each such run takes seconds on a shaped link). All programs
+of a case are timed together in `repeats` interleaved rounds (runtime.tune).
+
+The default suite: 2 testbeds, 64 combos (26 on the 4x2 testbed, 38 on the 2x2x2 one; 29 of them
+with more than 12 valid programs), 6 sizes (64 KiB .. 64 MiB): 384 cases, about 3/4 of them held out.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 KiB, MiB = 1 << 10, 1 << 20
+PROTOCOL = "model-independent"
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Testbed:
 
 @dataclass(frozen=True)
 class Suite:
-    """What to measure; `fit_every` designates the fit subset (every n-th combo, see split.py)."""
+    """What to measure; `fit_every` designates the fit subset (every n-th combo per testbed)."""
 
     name: str
     testbeds: tuple[Testbed, ...]
@@ -35,27 +44,31 @@ class Suite:
     collectives: tuple[str, ...]
     sizes: tuple[int, ...]
     max_steps: int = 4
-    top_sim: int = 5          # simulator's best per size, unioned over sizes
-    top_ab: int = 2           # alpha-beta's best per size (so its top-k is measured too)
-    sample: int = 3           # plus this many random others
-    cap: int = 10             # programs per combo at most (the default comes on top)
+    limit: int = 40           # measure every program where there are at most this many besides the default
+    sample: int = 30          # ... else a uniform random sample of this many
+    large_from: int = 16 * MiB  # from this size on ...
+    large_sample: int = 12    # ... only the sample's first this many
     warmup: int = 1
-    iters: int = 2            # timed runs per repeat at sizes >= small_below
-    iters_small: int = 10     # ... and below it (cheap, and the noisiest)
+    iters: int = 1            # timed runs per repeat at sizes >= small_below
+    iters_small: int = 5      # ... and below it (cheap, and the noisiest)
     small_below: int = 1 << 20
-    repeats: int = 5
-    calibrate_max_bytes: int = 4 * MiB
+    repeats: int = 9          # interleaved rounds: 9 gives a 96% interval (2nd to 8th fastest)
+    calibrate_max_bytes: int = 16 * MiB
     fit_every: int = 4
     seed: int = 7
     only_over: int = 0        # measure only combos with more valid programs than this
+    protocol: str = PROTOCOL
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        """The suite as JSON (kept in the raw document)."""
         return asdict(self)
 
     @staticmethod
     def from_json(d: dict) -> Suite:
-        d = dict(d)
+        """A suite from :meth:`to_json`'s shape (unknown keys of older suites are ignored)."""
+        known = {f.name for f in fields(Suite)}
+        d = {k: v for k, v in d.items() if k in known}
         d["testbeds"] = tuple(Testbed(**t) for t in d["testbeds"])
         d["axes_sets"] = tuple(tuple((a, int(s)) for a, s in axes) for axes in d["axes_sets"])
         d["collectives"] = tuple(d["collectives"])
@@ -71,40 +84,41 @@ DEFAULT = Suite(
     ),
     axes_sets=((("data", 8),), (("data", 4), ("model", 2)), (("data", 2), ("model", 4))),
     collectives=("all_reduce", "reduce_scatter"),
-    sizes=(64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB),
+    sizes=(64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB),
 )
 
-# Two combos, two sizes, a few programs: the end-to-end test's suite.
+# Two combos, two sizes, a few programs: the end-to-end test's suite and the smoke run.
 TINY = Suite(
     name="tiny",
     testbeds=(Testbed("2x2-1gbit", nodes=2, ranks_per_node=2, inter_node="1gbit"),),
     axes_sets=((("data", 4),),),
     collectives=("all_reduce", "reduce_scatter"),
     sizes=(64 * KiB, 1 * MiB),
-    max_steps=3, top_sim=2, top_ab=1, sample=1, cap=4, warmup=1, iters=1, iters_small=2, repeats=2,
+    max_steps=3, limit=6, sample=4, large_from=1 * MiB, large_sample=3, warmup=1, iters=1, iters_small=2, repeats=6,
     calibrate_max_bytes=1 * MiB, fit_every=2,
 )
 
-# More programs per combo where there are many (so top-10 is not trivially met): the 4 x 2 testbed's
-# combos with more than 10 valid programs, the simulator's best 12 at each size plus 4 random others.
-WIDE = Suite(
-    name="wide",
-    testbeds=(Testbed("4x2-1gbit-wide", nodes=4, ranks_per_node=2, inter_node="1gbit"),),
-    axes_sets=DEFAULT.axes_sets,
-    collectives=DEFAULT.collectives,
-    sizes=DEFAULT.sizes,
-    top_sim=12, top_ab=3, sample=4, cap=16, only_over=10, seed=11,
+# The default suite's protocol on a few combos (one testbed, one axes set, three sizes up to 16 MiB): a smoke run of
+# the whole campaign in about 5-10 minutes. Its figures are not the report's.
+SMOKE = Suite(
+    name="smoke",
+    testbeds=(DEFAULT.testbeds[0],),
+    axes_sets=((("data", 8),), (("data", 4), ("model", 2))),
+    collectives=("all_reduce",),
+    sizes=(64 * KiB, 1 * MiB, 16 * MiB),
+    fit_every=3, calibrate_max_bytes=4 * MiB,
 )
 
 # All-to-all (issue 12): every program (flat = MPI's own Alltoall over the whole group, and the hierarchical
-# ones) on both testbeds, 4 KiB to 16 MiB; scripts/bench_alltoall.py prints it as a table beside the predictions.
+# ones; at most 13 per combo, all measured) on both testbeds, 4 KiB to 16 MiB; scripts/bench_alltoall.py
+# prints it as a table beside the predictions.
 ALLTOALL = Suite(
     name="alltoall",
     testbeds=DEFAULT.testbeds,
     axes_sets=((("data", 8),), (("data", 4), ("model", 2))),
     collectives=("all_to_all",),
     sizes=tuple(4 * KiB * 4**i for i in range(7)),  # 4 KiB .. 16 MiB
-    cap=16,  # at most 13 programs per combo (3 cells): measure them all
+    large_from=64 * MiB,  # every program at every size
 )
 
 # One testbed, one combo, two sizes: the smoke run of scripts/bench_alltoall.py.
@@ -114,10 +128,11 @@ ALLTOALL_TINY = Suite(
     axes_sets=((("data", 4),),),
     collectives=("all_to_all",),
     sizes=(4 * KiB, 64 * KiB),
-    max_steps=2, cap=4, warmup=1, iters=1, iters_small=2, repeats=2, calibrate_max_bytes=1 * MiB, fit_every=2,
+    max_steps=2, limit=4, sample=4, warmup=1, iters=1, iters_small=2, repeats=6,
+    calibrate_max_bytes=1 * MiB, fit_every=2,
 )
 
-SUITES = {"default": DEFAULT, "tiny": TINY, "wide": WIDE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
+SUITES = {"default": DEFAULT, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
 
 
 def load_suite(name_or_path: str) -> Suite:

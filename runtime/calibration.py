@@ -1,0 +1,267 @@
+"""Measure each level's latency and bandwidth over MPI and fit a hierarchy to them: the code behind
+``python -m scripts.calibrate`` and the tuner's refitted hierarchy (``python -m runtime.tune``).
+
+For each level ``l`` with two or more children (:func:`measure_level`):
+
+* ping-pong between rank 0 and the first rank of the next level-``l`` unit (their
+  outermost differing level is ``l``), small and large messages, one-way time =
+  round trip / 2, median over iterations after warm-up;
+* ``alpha`` (latency_us) and ``beta`` (bandwidth_GBps) of ``t(s) = alpha + s / beta``
+  (:func:`fit_alpha_beta`);
+* concurrent: every rank of unit 0 sends to its counterpart in unit 1 at once; the
+  aggregate rate out of the unit is the uplink (``uplink_GBps``);
+* two-way: the same pairs exchange at once (Sendrecv); the one-way time over the
+  two-way time is what each direction keeps of the rate (``duplex_efficiency``,
+  at most 1), the figure the simulator's exchanging schedules use; written for every
+  level but the innermost, whose two-way time measures CPU copies contending.
+
+:func:`fitted_hierarchy` writes the figures into a hierarchy. Only the hierarchy
+model and numpy are needed (mpi4py for measuring), never the solver or Z3.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hierarchies.model import Hierarchy
+
+KiB, MiB = 1024, 1024 * 1024
+LATENCY_SIZES = (8, 256, 4 * KiB)
+BANDWIDTH_SIZES = (64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+SMALL = 64 * KiB  # sizes up to this get --small-iters iterations
+SMALL_FIT = 4 * KiB  # sizes up to this fix the fitted latency
+LARGE = 1 * MiB  # sizes from this on fix the fitted bandwidth
+MIN_CONCURRENT_BYTES = 256 * KiB
+REDUCE_BYTES = 16 * MiB  # buffer of the summing-rate measurement (at most --max-bytes)
+REDUCE_WINDOW_S = 0.2
+TAG_PING, TAG_PONG, TAG_FLOW = 11, 12, 13
+
+
+def message_sizes(max_bytes: int) -> list[int]:
+    """Ping-pong sizes: the latency sizes, then the bandwidth sizes up to `max_bytes` (always including it)."""
+    sizes = [s for s in (*LATENCY_SIZES, *BANDWIDTH_SIZES) if s < max_bytes]
+    return sizes + [max_bytes]
+
+
+# ---- fitting (pure) ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fit:
+    """``t(s) = alpha_s + s / bandwidth`` (seconds, bytes/s), with each size's relative residual (sizes ascending)."""
+
+    alpha_s: float
+    bandwidth: float
+    rel_residuals: tuple[float, ...]
+
+
+def fit_alpha_beta(samples: dict[int, list[float]]) -> Fit:
+    """Fit ``t(s) = alpha + s / beta`` to one-way times (`samples`: size -> timed iterations).
+
+    1. ``1/beta`` is the least-squares slope of the per-size medians over the large sizes
+       (``>= LARGE``; at least the two largest): what a long message pays per byte once the
+       link runs at its rate.
+    2. ``alpha`` is the median of all samples of the small sizes (``<= SMALL_FIT``; at least
+       the smallest size): what a short message pays; their per-byte part is below the
+       noise. Pooling the sizes keeps a burst of scheduler delays during one size (8 ranks
+       on 2 shared cores) from moving alpha, which a line through three medians does not.
+
+    One line through all sizes would let the large sizes' intercept stand for the latency,
+    and on a token-bucket link that intercept is off by the burst (often negative); nor can
+    the large sizes' slope be applied to the small ones, which pass inside the burst at line
+    speed. Sizes in between (burst, eager-to-rendezvous switch) sit off both; their
+    residuals are reported, not fitted.
+    """
+    sizes = sorted(samples)
+    if len(sizes) < 2 or any(not samples[x] or min(samples[x]) <= 0 for x in sizes):
+        raise ValueError("need two or more sizes, each with positive times")
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray([statistics.median(samples[x]) for x in sizes])
+    large = s >= LARGE if np.count_nonzero(s >= LARGE) >= 2 else np.arange(len(s)) >= len(s) - 2
+    inv_bw, _ = np.polyfit(s[large], t[large], 1)
+    if inv_bw <= 0:
+        raise ValueError("times do not grow with message size; cannot fit a bandwidth")
+    small = [x for x in sizes if x <= SMALL_FIT] or sizes[:1]
+    alpha = statistics.median([v for x in small for v in samples[x]])
+    rel = (alpha + s * inv_bw - t) / t
+    return Fit(alpha_s=alpha, bandwidth=float(1.0 / inv_bw), rel_residuals=tuple(float(r) for r in rel))
+
+
+def significant(x: float, digits: int = 4) -> float:
+    """`x` rounded to `digits` significant figures (what the written files keep)."""
+    return float(f"{x:.{digits}g}")
+
+
+def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = None,
+                     reduce_GBps: float | None = None) -> Hierarchy:
+    """`h` with each measured level's latency, bandwidth, uplink and duplex efficiency replaced by the fitted figures.
+
+    `reduce_GBps` (the rate a device sums data, all devices at once) is set where the
+    hierarchy model has that field; every other field of `h` is kept.
+    """
+    levels = list(h.levels)
+    for l, res in results.items():
+        update = {"latency_us": significant(res["fit"]["latency_us"]), "bandwidth_GBps": significant(res["fit"]["bandwidth_GBps"])}
+        if res.get("concurrent"):
+            update["uplink_GBps"] = significant(res["concurrent"]["uplink_GBps"])
+        # not on the innermost level: there both "directions" are CPU copies on the same cores, and the
+        # two-way time measures their contention (the accuracy report's shared-memory efficiency), not a link
+        if res.get("duplex") and l < len(levels) - 1:
+            update["duplex_efficiency"] = significant(min(1.0, res["duplex"]["efficiency"]), 3)
+        levels[l] = levels[l].model_copy(update=update)
+    update = {"name": name or f"{h.name}-fitted", "levels": tuple(levels)}
+    if reduce_GBps is not None and "reduce_GBps" in Hierarchy.model_fields:
+        update["reduce_GBps"] = significant(reduce_GBps)
+    out = h.model_copy(update=update)
+    return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads
+
+
+# ---- measuring (under MPI) --------------------------------------------------------------------
+@dataclass
+class Bench:
+    """Measurements over one communicator; every rank calls every method in the same order."""
+
+    comm: object
+    iters: int
+    small_iters: int
+    warmup: int
+    buf: np.ndarray = field(repr=False, default=None)
+
+    def idle_barrier(self) -> None:
+        """A barrier that sleeps while it waits, so idle ranks leave the 2 cores to the measuring ones."""
+        req = self.comm.Ibarrier()
+        while not req.Test():
+            time.sleep(0.0005)
+
+    def pingpong(self, a: int, b: int, sizes: list[int]) -> dict[int, list[float]]:
+        """One-way times (round trip / 2) between ranks `a` and `b` per size; filled on rank `a` only."""
+        from mpi4py import MPI
+
+        rank, out = self.comm.Get_rank(), {}
+        for size in sizes:
+            msg = [self.buf[:size], MPI.BYTE]
+            n = self.small_iters if size <= SMALL else self.iters
+            samples = []
+            for i in range(self.warmup + n):
+                if rank == a:
+                    t0 = MPI.Wtime()
+                    self.comm.Send(msg, dest=b, tag=TAG_PING)
+                    self.comm.Recv(msg, source=b, tag=TAG_PONG)
+                    if i >= self.warmup:
+                        samples.append((MPI.Wtime() - t0) / 2)
+                elif rank == b:
+                    self.comm.Recv(msg, source=a, tag=TAG_PING)
+                    self.comm.Send(msg, dest=a, tag=TAG_PONG)
+            if rank == a:
+                out[size] = samples
+        self.idle_barrier()
+        return out
+
+    def concurrent(self, senders: list[int], receivers: list[int], size: int) -> list[float]:
+        """Every sender sends `size` bytes to its receiver at once; per iteration the slowest
+        rank's time from a common barrier (filled on rank 0)."""
+        from mpi4py import MPI
+
+        rank = self.comm.Get_rank()
+        msg = [self.buf[:size], MPI.BYTE]
+        samples = []
+        for i in range(self.warmup + self.iters):
+            self.comm.Barrier()
+            t0 = MPI.Wtime()
+            if rank in senders:
+                self.comm.Send(msg, dest=receivers[senders.index(rank)], tag=TAG_FLOW)
+            elif rank in receivers:
+                self.comm.Recv(msg, source=senders[receivers.index(rank)], tag=TAG_FLOW)
+            t = MPI.Wtime() - t0
+            slowest = self.comm.reduce(t, op=MPI.MAX, root=0)
+            if rank == 0 and i >= self.warmup:
+                samples.append(slowest)
+        self.idle_barrier()
+        return samples
+
+    def exchange(self, left: list[int], right: list[int], size: int) -> list[float]:
+        """Every rank of `left` and its partner in `right` exchange `size` bytes both ways at once (Sendrecv);
+        per iteration the slowest rank's time from a common barrier (filled on rank 0)."""
+        from mpi4py import MPI
+
+        rank = self.comm.Get_rank()
+        out = [self.buf[:size], MPI.BYTE]
+        back = np.empty(size, dtype=np.uint8) if rank in left or rank in right else None
+        samples = []
+        for i in range(self.warmup + self.iters):
+            self.comm.Barrier()
+            t0 = MPI.Wtime()
+            if rank in left or rank in right:
+                peer = right[left.index(rank)] if rank in left else left[right.index(rank)]
+                self.comm.Sendrecv(out, dest=peer, sendtag=TAG_FLOW, recvbuf=[back, MPI.BYTE], source=peer, recvtag=TAG_FLOW)
+            t = MPI.Wtime() - t0
+            slowest = self.comm.reduce(t, op=MPI.MAX, root=0)
+            if rank == 0 and i >= self.warmup:
+                samples.append(slowest)
+        self.idle_barrier()
+        return samples
+
+    def reduce_rates(self, nbytes: int, window_s: float = REDUCE_WINDOW_S) -> tuple[float, list[float]]:
+        """Bytes/s at which a rank sums two float32 buffers (``a += b``): rank 0 alone, and
+        every rank while all do it at once (as in a collective), gathered on rank 0.
+
+        Each figure sums for `window_s` of wall time, long enough for the scheduler to
+        share the cores among the ranks; the median of three windows.
+        """
+        a = np.ones(nbytes // 4, dtype=np.float32)
+        b = np.ones_like(a)
+        np.add(a, b, out=a)
+
+        def rate() -> float:
+            count, t0 = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - t0) < window_s:
+                np.add(a, b, out=a)
+                count += 1
+            return count * a.nbytes / elapsed
+
+        alone = statistics.median(rate() for _ in range(3)) if self.comm.Get_rank() == 0 else 0.0
+        self.idle_barrier()
+        together = []
+        for _ in range(3):
+            self.comm.Barrier()
+            together.append(rate())
+        rates = self.comm.gather(statistics.median(together), root=0)
+        self.idle_barrier()
+        return alone, rates
+
+
+def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_bytes: int) -> dict | None:
+    """All measurements and fits of level `l` (on rank 0; None elsewhere)."""
+    d = h.devices_below(l)  # devices in one level-l unit; rank d is the first of unit 1
+    pp = bench.pingpong(0, d, sizes)
+    size = max(max_bytes // d, MIN_CONCURRENT_BYTES)
+    one_way = bench.concurrent(list(range(d)), list(range(d, 2 * d)), size)
+    two_way = bench.exchange(list(range(d)), list(range(d, 2 * d)), size)
+    conc = (size, one_way) if d > 1 else None
+    if bench.comm.Get_rank() != 0:
+        return None
+    sizes = sorted(pp)
+    medians = [statistics.median(pp[s]) for s in sizes]
+    fit = fit_alpha_beta(pp)
+    res = {
+        "level": h.levels[l].name,
+        "pair": [0, d],
+        "pingpong": [{"bytes": s, "one_way_s": significant(m, 6), "fit_rel_residual": significant(r, 3),
+                      "samples_s": [significant(x, 6) for x in pp[s]]}
+                     for s, m, r in zip(sizes, medians, fit.rel_residuals)],
+        "fit": {"latency_us": fit.alpha_s * 1e6, "bandwidth_GBps": fit.bandwidth / 1e9},
+    }
+    if conc:
+        size, samples = conc
+        t = statistics.median(samples)
+        aggregate = d * size / max(t - fit.alpha_s, 1e-9)
+        res["concurrent"] = {"senders": d, "bytes_each": size, "slowest_s": significant(t, 6),
+                             "samples_s": [significant(x, 6) for x in samples], "uplink_GBps": aggregate / 1e9,
+                             "per_sender_GBps": aggregate / d / 1e9}
+    # the same d pairs, both ways at once: what each direction keeps of the one-way rate
+    t1, t2 = statistics.median(one_way), statistics.median(two_way)
+    res["duplex"] = {"pairs": d, "bytes_each": size, "one_way_s": significant(t1, 6), "two_way_s": significant(t2, 6),
+                     "two_way_samples_s": [significant(x, 6) for x in two_way], "efficiency": min(1.0, t1 / t2)}
+    return res

@@ -1,0 +1,215 @@
+"""The tuner (python -m runtime.tune) under real mpiexec.
+
+The MPI tests slow chosen programs down with a sleep added to their calls (the
+executor's compile wrapped in the job), so which program is really faster is
+known, whatever the shared machine's noise.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hierarchies import Collective, Hierarchy, Program, default_program
+from hierarchies.cli import quote
+from hierarchies.plan_file import load_plan_file
+from tests.runtime_support import (
+    MPI_ENV,
+    ROOT,
+    SMALL,
+    all_programs,
+    find_mpiexec,
+    placement_of,
+    request_of,
+    run_mpi,
+    write_plan,
+)
+
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")]
+QUICK = ["--warmup", "1", "--iters", "2", "--repeats", "8", "--no-refit"]
+
+
+# ---- the tuner under MPI ------------------------------------------------------------------
+def slowed(delays: str) -> str:
+    """A python -c program running runtime.tune on argv[1:], a program of n steps sleeping ``(delays)[n]`` s per run."""
+    return (
+        "import sys, time, runtime.executor as ex; orig = ex.Executor.compile\n"
+        f"delays = {delays}\n"
+        "def compile(self, program, buffers, fault=None):\n"
+        "    c = orig(self, program, buffers, fault); d = delays.get(len(program.steps), 0)\n"
+        "    return ex.CompiledProgram(c.calls + ((lambda: time.sleep(d)),), c.transposes) if d else c\n"
+        "ex.Executor.compile = compile\n"
+        "from runtime.tune import main; sys.exit(main(sys.argv[1:]))\n"
+    )
+
+
+def _small_plan(tmp_path, max_steps=3, message_bytes=64 << 10):
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    programs = all_programs(SMALL, request, max_steps)
+    return write_plan(tmp_path / "plan.json", SMALL, request, programs, message_bytes), request, programs
+
+
+def test_tuner_picks_a_faster_program_and_writes_a_plan_the_runtime_accepts(tmp_path):
+    ranks = 4
+    """The default (the only one-step program here) sleeps 20 ms a run: a measured program beats it beyond noise."""
+    plan, request, programs = _small_plan(tmp_path)
+    out = tmp_path / "tuned.json"
+    job = run_mpi(ranks, ["-c", slowed("{1: 0.02}"), str(plan), "--out", str(out), "--top", "3",
+                          "--warmup", "1", "--iters", "2", "--repeats", "8"], timeout=180)
+    assert job.returncode == 0, job.stderr
+    doc = json.loads(out.read_text())
+    entry = doc["placements"][0]
+    default = default_program(SMALL, request)
+    assert entry["plan_index"] == 0 and entry["measured_total_s"] == entry["picked"]["measured_s"]
+    picked = entry["picked"]
+    assert picked["is_default"] is False and picked["plan_position"] in range(3)
+    assert Program.from_json(picked, SMALL) != default and picked["speedup_over_default"] > 1.5
+    assert picked["measured_ci_s"][1] < entry["default"]["measured_ci_s"][0]
+    # what ran: the default and the plan's first 3 programs (less the default if among them), each exact
+    top3 = [Program.from_json(p, SMALL) for p in json.loads(plan.read_text())["placements"][0]["programs"][:3]]
+    measured = [p for p in entry["programs"] if "measured_s" in p]
+    assert {Program.from_json(p, SMALL) for p in measured} == {default, *top3}
+    for p in [entry["default"], *measured]:
+        low, high = p["measured_ci_s"]
+        assert low <= p["measured_s"] <= high and len(p["measured_repeats_s"]) == 8 and p["wrong"] == 0
+    # the pick leads the programs, the other measured ones follow by median, the rest keep the plan's order
+    assert Program.from_json(entry["programs"][0], SMALL) == Program.from_json(picked, SMALL)
+    medians = [p["measured_s"] for p in entry["programs"][1:len(measured)]]
+    assert medians == sorted(medians)
+    assert len(entry["programs"]) == len(programs)
+    assert doc["tuned"]["timing"] == {"warmup": 1, "iters": 2, "repeats": 8, "order": "interleaved"}
+    # the refitted hierarchy loads, with figures for both levels
+    h = Hierarchy.model_validate_json(out.with_suffix(".hierarchy.json").read_text())
+    assert doc["tuned"]["hierarchy_file"] == str(out.with_suffix(".hierarchy.json"))
+    assert all(lv.bandwidth_GBps and lv.latency_us for lv in h.levels)
+    assert 0 < h.levels[0].duplex_efficiency <= 1 and h.levels[1].duplex_efficiency is None  # two-way: outer levels only
+    # the tuned plan reads as a plan, and runtime.bench runs its first program: the pick
+    tuned = load_plan_file(out)
+    assert tuned.placement(0).request().programs[0].program == Program.from_json(picked, SMALL)
+    bench_out = tmp_path / "bench.json"
+    job = run_mpi(ranks, ["-m", "runtime.bench", str(out), "--top", "1", "--bytes", "4K", "--warmup", "0",
+                          "--iters", "1", "--repeats", "1", "--out", str(bench_out)], timeout=90)
+    assert job.returncode == 0, job.stderr
+    ran = [Program.from_json(r["program"], SMALL) for r in json.loads(bench_out.read_text())["results"]]
+    assert ran == [default, Program.from_json(picked, SMALL)]
+
+
+def test_tuner_keeps_the_default_when_nothing_beats_it(tmp_path):
+    """Every program but the default sleeps 20 ms a run: the default stays, and is listed first."""
+    plan, request, _ = _small_plan(tmp_path)
+    out = tmp_path / "tuned.json"
+    job = run_mpi(4, ["-c", slowed("{2: 0.02, 3: 0.02}"), str(plan), "--out", str(out), "--top", "4", *QUICK], timeout=180)
+    assert job.returncode == 0, job.stderr
+    entry = json.loads(out.read_text())["placements"][0]
+    assert entry["picked"]["is_default"] is True and entry["picked"]["plan_position"] is None
+    assert entry["picked"]["speedup_over_default"] == 1.0
+    assert Program.from_json(entry["programs"][0], SMALL) == default_program(SMALL, request)
+    assert "picked default" in job.stdout and "# Out of bounds values : 0 OK" in job.stdout
+    assert not out.with_suffix(".hierarchy.json").exists()  # --no-refit
+
+
+def _workload_plan(path, placements):
+    """A two-request workload plan over the 4-device two-axis hierarchy, one entry per given matrix."""
+    entries, requests = [], [("grads", ["data"], Collective.ALL_REDUCE, 64 << 10, 3), ("acts", ["model"], Collective.ALL_GATHER, 16 << 10, 1)]
+    for matrix in placements:
+        pl = placement_of([("node", 2), ("core", 2)], [("data", 2), ("model", 2)], matrix)
+        bodies = []
+        for _, axes, col, _, _ in requests:
+            req = request_of(pl, axes, col)
+            bodies.append({"default": {**default_program(pl, req).to_json(pl), "cost_s": 1.0},
+                           "programs": [{**p.to_json(pl), "cost_s": 1.0} for p in all_programs(pl, req, 2)]})
+        entries.append({"matrix": matrix, "requests": bodies})
+    doc = {"hierarchy": pl.hierarchy.model_dump(), "axes": [a.model_dump() for a in pl.axes],
+           "workload": [{"name": n, "axes": a, "collective": c.value, "message_bytes": b, "count": k} for n, a, c, b, k in requests],
+           "placements": entries}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_workload_plan_every_request_picked_and_placements_reranked(tmp_path):
+    plan = _workload_plan(tmp_path / "plan.json", [[[1, 2], [2, 1]], [[2, 1], [1, 2]]])
+    out = tmp_path / "tuned.json"
+    job = run_mpi(4, ["-m", "runtime.tune", str(plan), "--out", str(out), *QUICK], timeout=180)
+    assert job.returncode == 0, job.stderr
+    doc = json.loads(out.read_text())
+    assert sorted(e["plan_index"] for e in doc["placements"]) == [0, 1]
+    totals = [e["measured_total_s"] for e in doc["placements"]]
+    assert totals == sorted(totals)
+    counts = {w["name"]: w["count"] for w in doc["workload"]}
+    for entry in doc["placements"]:
+        picks = [r["picked"]["measured_s"] for r in entry["requests"]]
+        assert entry["measured_total_s"] == pytest.approx(counts["grads"] * picks[0] + counts["acts"] * picks[1], rel=1e-4)
+        assert all(r["default"]["wrong"] == 0 and "measured_ci_s" in r["default"] for r in entry["requests"])
+    assert job.stdout.count("picked") == 4
+    # only the first placement with --placements 1: the other keeps the plan's figures and comes last
+    job = run_mpi(4, ["-m", "runtime.tune", str(plan), "--out", str(out), "--placements", "1", *QUICK], timeout=180)
+    assert job.returncode == 0, job.stderr
+    doc = json.loads(out.read_text())
+    assert [e["plan_index"] for e in doc["placements"]] == [0, 1]
+    assert "measured_total_s" not in doc["placements"][1] and "picked" not in doc["placements"][1]["requests"][0]
+
+
+FAIL_ON_RANK_1 = (
+    "import sys; from mpi4py import MPI; import runtime.executor as ex\n"
+    "def run(self):\n"
+    "    if MPI.COMM_WORLD.Get_rank() == 1: raise RuntimeError('injected failure on rank 1')\n"
+    "ex.CompiledProgram.run = run\n"
+    "from runtime.tune import main; sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_a_failing_rank_ends_the_job(tmp_path):
+    plan, _, _ = _small_plan(tmp_path, max_steps=2)
+    start = time.monotonic()
+    job = run_mpi(4, ["-c", FAIL_ON_RANK_1, str(plan), "--out", str(tmp_path / "t.json"), *QUICK], timeout=90)
+    assert job.returncode != 0 and "injected failure on rank 1" in job.stderr
+    assert time.monotonic() - start < 90 and not (tmp_path / "t.json").exists()
+
+
+EACH = ("import json, shlex, sys; from mpi4py import MPI; from runtime.tune import main; "
+        "codes = [main(shlex.split(a)) for a in sys.argv[1:]]; MPI.COMM_WORLD.Get_rank() == 0 and print(json.dumps(codes))")
+
+
+def test_bad_arguments_give_one_line_and_exit_2(tmp_path):
+    plan, _, _ = _small_plan(tmp_path, max_steps=2)
+    out = tmp_path / "t.json"
+    calls = [f"{plan}", f"{plan} --out {out} --top x", f"{plan} --out {out} --placements 3",
+             f"{tmp_path / 'none.json'} --out {out}", f"{plan} --out {tmp_path / 'no' / 't.json'}", f"{plan} --out {out} --repeats 1"]
+    job = run_mpi(4, ["-c", EACH, *calls], timeout=90)
+    assert json.loads(job.stdout.strip().splitlines()[-1]) == [2] * len(calls)
+    errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: the following arguments are required: --out",
+        "error: argument --top: expected an integer >= 0, got 'x'",
+        "error: --placements 3: the plan has 1 placement(s)",
+        f"error: cannot read plan {quote(str(tmp_path / 'none.json'))}: No such file or directory",
+        f"error: --out {tmp_path / 'no' / 't.json'}: folder {tmp_path / 'no'} does not exist",
+        "error: argument --repeats: expected an integer >= 2, got '1'",
+    ]
+    job = run_mpi(2, ["-m", "runtime.tune", str(plan), "--out", str(out)], timeout=60)
+    assert job.returncode == 2
+    assert [line for line in job.stderr.splitlines() if line.startswith("error:")] == [
+        "error: the plan's hierarchy has 4 devices but the job has 2 ranks; run with -n 4"]
+
+
+NO_SOLVER = ("import sys; sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); "
+             "from runtime.tune import main; sys.exit(main(sys.argv[1:]))")
+
+
+def test_the_tuner_needs_neither_z3_nor_the_solver(tmp_path):
+    """With z3, solver and the encodings blocked (importing them raises), --help and a whole tuning run work."""
+    help_ = subprocess.run([sys.executable, "-c", NO_SOLVER, "--help"], cwd=ROOT, env={**os.environ, **MPI_ENV},
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert help_.returncode == 0, help_.stderr
+    assert help_.stdout.startswith("usage: python -m runtime.tune") and "--placements" in help_.stdout
+    plan, _, _ = _small_plan(tmp_path, max_steps=2)
+    out = tmp_path / "t.json"
+    job = run_mpi(4, ["-c", NO_SOLVER, str(plan), "--out", str(out), "--warmup", "0", "--iters", "1", "--repeats", "2"], timeout=120)
+    assert job.returncode == 0, job.stderr
+    doc = json.loads(out.read_text())
+    assert doc["placements"][0]["picked"]["wrong"] == 0
+    assert Hierarchy.model_validate_json(out.with_suffix(".hierarchy.json").read_text()).name == "test-tuned"
+
