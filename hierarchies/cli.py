@@ -97,16 +97,28 @@ def enum_argument(kind: type[Enum]) -> Callable[[str], Enum]:
 
 
 def write_text_atomic(text: str, path: str | Path) -> None:
-    """Write `text` to `path` via a temporary file beside it, so no half-written file is ever left."""
+    """Write `text` to `path` via a temporary file beside it, so no half-written file is ever left.
+
+    The file gets the permissions an ordinary ``open(path, "w")`` would give (0666 less the umask),
+    not the temporary file's private 0600.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it; it is put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(data: Any, path: str | Path) -> None:
