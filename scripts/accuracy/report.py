@@ -343,7 +343,8 @@ def build_report(raw: dict) -> dict:
                     sub = [c for c in held if c.request_key.split("(")[0] == v]
                 report[dest].setdefault(str(v), {})[key] = aggregate(sub, key)
     report["summary"]["oracle"] = oracle(held)
-    report["summary"]["tuner"] = {k: report["summary"]["simulator"][k] for k in ("tuned_loss_5pct", "tuned_regret_median", "tuned_regret_max")}
+    sim = report["summary"]["simulator"]  # {"cases": 0} when every combo is in the fit subset
+    report["summary"]["tuner"] = {k: sim[k] for k in ("tuned_loss_5pct", "tuned_regret_median", "tuned_regret_max") if k in sim}
     report["cases"] = [{
         "testbed": c.testbed, "combo": c.combo, "fit": c.fit, "placement": c.placement.describe(), "request": c.request_key,
         "nbytes": c.nbytes,
