@@ -146,7 +146,10 @@ def test_suites_have_enough_cases_and_round_trip():
     for s in (DEFAULT, TINY):
         assert Suite.from_json(json.loads(json.dumps(s.to_json()))) == s
     assert all(b == a * 4 for a, b in zip(DEFAULT.sizes, DEFAULT.sizes[1:]))
-    assert DEFAULT.sizes[0] == 64 * 1024 and DEFAULT.sizes[-1] == 64 * 1024 * 1024
+    measured = sorted({size for tb in DEFAULT.testbeds for size in DEFAULT.sizes_of(tb)})
+    assert measured == list(DEFAULT.sizes) and measured[0] == 64 * 1024 and measured[-1] == 64 * 1024 * 1024
+    # the largest sizes measure a shorter prefix of the same uniform sample
+    assert [DEFAULT.measured_count(s, 30) for s in DEFAULT.sizes] == [30, 30, 30, 30, 8, 6]
     assert (DEFAULT.limit, DEFAULT.sample, DEFAULT.protocol) == (40, 30, "model-independent")
 
 
@@ -311,9 +314,13 @@ def test_the_default_suite_measures_a_smaller_sample_only_at_16_and_64_MiB():
     from scripts.accuracy.measure import size_groups
 
     groups = size_groups(DEFAULT, 30)
-    assert groups == [((64 << 10, 256 << 10), 30, 5), ((1 << 20, 4 << 20), 30, 1), ((16 << 20, 64 << 20), 12, 1)]
-    # a combo with 7 programs measures all of them at every size: the sizes from 1 MiB on share one run
-    assert size_groups(DEFAULT, 7) == [((64 << 10, 256 << 10), 7, 5), ((1 << 20, 4 << 20, 16 << 20, 64 << 20), 7, 1)]
+    assert groups == [((64 << 10, 256 << 10), 30, 5), ((1 << 20, 4 << 20), 30, 1), ((16 << 20,), 8, 1), ((64 << 20,), 6, 1)]
+    # a combo with 5 programs measures all of them at every size: the sizes from 1 MiB on share one run
+    assert size_groups(DEFAULT, 5) == [((64 << 10, 256 << 10), 5, 5), ((1 << 20, 4 << 20, 16 << 20, 64 << 20), 5, 1)]
+    # each testbed measures its own sizes
+    fast, slow = DEFAULT.testbeds[2], DEFAULT.testbeds[0]
+    assert size_groups(DEFAULT, 30, DEFAULT.sizes_of(slow)) == [((64 << 10, 256 << 10), 30, 5), ((1 << 20,), 30, 1)]
+    assert size_groups(DEFAULT, 30, DEFAULT.sizes_of(fast)) == [((1 << 20, 4 << 20), 30, 1), ((16 << 20,), 8, 1), ((64 << 20,), 6, 1)]
 
 
 def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_entries():

@@ -16,6 +16,8 @@ from pathlib import Path
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m scripts.accuracy", description=__doc__.split("\n")[0])
     p.add_argument("--suite", default="default", help="suite name (default, tiny) or a suite JSON file")
+    p.add_argument("--testbed", action="append", default=[], metavar="NAME",
+                   help="measure only this testbed of the suite (repeatable); merge the raw files afterwards with --from-raw")
     p.add_argument("--from-raw", type=Path, nargs="+", help="recompute the report from raw measurement JSON(s), no testbed; "
                    "several files are merged (their testbeds side by side; the first file's suite gives the split)")
     p.add_argument("--raw", type=Path, default=None, help="where to write raw measurements (default: OUT with .raw.json); "
@@ -42,8 +44,14 @@ def main(argv=None) -> int:
         from scripts.accuracy.suite import load_suite
 
         suite = load_suite(args.suite)
+        unknown = sorted(set(args.testbed) - {tb.name for tb in suite.testbeds})
+        if unknown:
+            print(f"error: --testbed {unknown[0]}: not in suite {suite.name}; its testbeds: "
+                  f"{', '.join(tb.name for tb in suite.testbeds)}", file=sys.stderr)
+            return 2
         raw_path = args.raw or args.out.with_suffix(".raw.json")
-        raw = measure_suite(suite, args.workdir, raw_path, log=lambda s: print(s, file=sys.stderr, flush=True))
+        raw = measure_suite(suite, args.workdir, raw_path, log=lambda s: print(s, file=sys.stderr, flush=True),
+                            only=tuple(args.testbed))
         raw_name = str(raw_path)
     from scripts.accuracy.report import build_report, plot, plot_regret, summary_doc
 

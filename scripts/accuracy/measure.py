@@ -46,11 +46,13 @@ def _testbed(*args: str, timeout: float | None = None, check: bool = True) -> su
     return r
 
 
-def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print) -> dict:
-    """Run the whole suite; returns (and keeps writing) the raw document."""
+def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: tuple[str, ...] = ()) -> dict:
+    """Run the whole suite (or only its testbeds named in `only`); returns (and keeps writing) the raw document."""
     workdir.mkdir(parents=True, exist_ok=True)
     raw = {"suite": suite.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "testbeds": []}
     for tb in suite.testbeds:
+        if only and tb.name not in only:
+            continue
         measure_testbed(suite, tb, workdir, raw, raw_path, log)
         _write(raw, raw_path)
     raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -77,8 +79,10 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
     try:
         _testbed(*up, timeout=120)
         log(f"[{tb.name}] up; calibrating")
-        _testbed("run", "--timeout", "300", "--", "python", "-m", "scripts.calibrate", "--hierarchy", str(nominal),
-                 "--out", str(fitted), "--max-bytes", str(suite.calibrate_max_bytes), timeout=330)
+        # calibrate up to 4x the largest size measured here (at least 4 MiB), at most the suite's bound
+        cal_bytes = min(suite.calibrate_max_bytes, max(4 << 20, 4 * max(suite.sizes_of(tb))))
+        _testbed("run", "--timeout", "900", "--", "python", "-m", "scripts.calibrate", "--hierarchy", str(nominal),
+                 "--out", str(fitted), "--max-bytes", str(cal_bytes), timeout=930)
         h = Hierarchy.model_validate_json(fitted.read_text())
         entry["hierarchy"] = h.model_dump(mode="json", exclude_none=True)
         entry["nominal"] = json.loads(nominal.read_text())
@@ -115,11 +119,13 @@ def _calibration_summary(cal: dict) -> dict:
     return strip(cal)
 
 
-def size_groups(suite: Suite, sampled: int) -> list[tuple[tuple[int, ...], int, int]]:
-    """The tuner runs of one combo: (sizes, programs measured besides the default, iters per repeat) per run."""
+def size_groups(suite: Suite, sampled: int, sizes: tuple[int, ...] | None = None) -> list[tuple[tuple[int, ...], int, int]]:
+    """The tuner runs of one combo: (sizes, programs measured besides the default, iters per repeat) per run.
+
+    `sizes`: the testbed's sizes (default: the suite's)."""
     groups: dict[tuple[int, int], list[int]] = {}
-    for size in suite.sizes:
-        count = min(sampled, suite.large_sample) if size >= suite.large_from else sampled
+    for size in suite.sizes if sizes is None else sizes:
+        count = suite.measured_count(size, sampled)
         iters = suite.iters_small if size < suite.small_below else suite.iters
         groups.setdefault((count, iters), []).append(size)
     return [(tuple(sizes), count, iters) for (count, iters), sizes in groups.items()]
@@ -159,7 +165,7 @@ def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> di
              "request": {"axes": list(names), "collective": col}, "program_count": len(programs),
              "measured_programs": len(chosen) + 1, "sampled": len(programs) - 1 > suite.limit, "results": []}
     t0 = time.monotonic()
-    for part, (sizes, count, iters) in enumerate(size_groups(suite, len(chosen))):
+    for part, (sizes, count, iters) in enumerate(size_groups(suite, len(chosen), suite.sizes_of(tb))):
         plan_path = workdir / f"plan-{tag}-{part}.json"
         plan_path.write_text(json.dumps(combo_plan(h, pl, names, col, default, chosen[:count], sizes)))
         tuned_path = workdir / f"tuned-{tag}-{part}.json"
