@@ -31,8 +31,8 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from hierarchies.cli import ArgumentParser, UsageError, enum_argument, sizes_argument
-from runtime.backends import Backend, BackendKind, BackendUnavailable, make_backend
+from hierarchies.cli import enum_argument, sizes_argument
+from runtime.backends import Backend, BackendKind
 from runtime.data import (
     ITEMSIZE,
     DataFactory,
@@ -52,9 +52,10 @@ from runtime.job import (
     EXIT_OK,
     EXIT_USAGE,
     EXIT_WRONG,
-    fail_together,
     mpi_version,
+    RankZeroParser,
     run_guarded,
+    start_job,
 )
 from runtime.layout import Role, plan_layout
 from hierarchies.plan_file import PlanFileError, load_plan_file
@@ -75,15 +76,6 @@ from runtime.report import (
 from runtime.timing import TimingConfig, time_runs
 
 
-class _Parser(ArgumentParser):
-    """The shared parser (errors raise UsageError), printing help on rank 0 only."""
-
-    def print_help(self, file=None) -> None:
-        """Print the help on rank 0 only."""
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            super().print_help(file)
-
-
 def _top(text: str) -> int | None:
     """``--top`` value: a count >= 0, or ``all`` (None)."""
     if text == "all":
@@ -95,7 +87,7 @@ def _top(text: str) -> int | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; UsageError on a bad one."""
-    p = _Parser(prog="python -m runtime.bench", description=__doc__.split("\n")[0])
+    p = RankZeroParser(prog="python -m runtime.bench", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="the solver's result JSON (python -m solver.run ... --out plan.json)")
     p.add_argument("--placement", type=int, default=0, help="index of the placement in the plan (default 0)")
     p.add_argument("--request", default=None, help="name of the request to run, for a workload plan with several (default: the only one)")
@@ -159,20 +151,14 @@ def main(argv: list[str] | None = None, data: DataFactory = tagged_data) -> int:
 
 
 def _main(argv: list[str] | None, world: MPI.Intracomm, data: DataFactory) -> int:
-    error = None
-    try:
+    def load():
         args = parse_args(argv)
-        job = prepare(args, world)
-    except (UsageError, PlanFileError, ValueError) as e:
-        error = str(e)
-    if fail_together(world, error):
+        return args, prepare(args, world)
+
+    started = start_job(world, load, lambda loaded: loaded[0].backend)
+    if started is None:
         return EXIT_USAGE
-    try:
-        backend = make_backend(args.backend, world)
-    except BackendUnavailable as e:
-        error = str(e)
-    if fail_together(world, error):
-        return EXIT_USAGE
+    (args, job), backend = started
     results: list[Result] | list[InjectResult]
     if job.inject is not None:
         results = inject_sweep(job, backend, world, data)

@@ -14,9 +14,14 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+
+from hierarchies.cli import ArgumentParser, UsageError
+from hierarchies.plan_file import PlanFileError
+from runtime.backends import BackendUnavailable, make_backend
 
 EXIT_OK = 0
 EXIT_WRONG = 1  # a result failed the exact check (or a rank crashed)
@@ -53,3 +58,31 @@ def run_guarded(world: MPI.Intracomm, main: Callable[[], int]) -> int:
         sys.stderr.flush()
         world.Abort(EXIT_WRONG)
         raise  # not reached: Abort does not return
+
+
+class RankZeroParser(ArgumentParser):
+    """The shared parser (errors raise UsageError) that prints its help on rank 0 only."""
+
+    def print_help(self, file=None) -> None:
+        """Print the help on rank 0 only."""
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            super().print_help(file)
+
+
+def start_job(world: MPI.Intracomm, prepare: Callable[[], Any], backend_kind: Callable[[Any], Any]) -> tuple[Any, Any] | None:
+    """The start every runtime command shares: `prepare()` (parse and load, on every rank), then the backend
+    named by ``backend_kind(prepared)``; None when any rank failed either (its one line printed, exit 2 due)."""
+    error, prepared = None, None
+    try:
+        prepared = prepare()
+    except (UsageError, PlanFileError, ValueError) as e:
+        error = str(e)
+    if fail_together(world, error):
+        return None
+    try:
+        backend = make_backend(backend_kind(prepared), world)
+    except BackendUnavailable as e:
+        error = str(e)
+    if fail_together(world, error):
+        return None
+    return prepared, backend

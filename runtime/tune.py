@@ -52,14 +52,14 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from hierarchies.cli import ArgumentParser, UsageError, enum_argument, write_json_atomic, write_text_atomic
+from hierarchies.cli import enum_argument, write_json_atomic, write_text_atomic
 from hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
-from runtime.backends import BackendKind, BackendUnavailable, make_backend
+from runtime.backends import BackendKind
 from runtime.bench import Job, Runner, mismatches
 from runtime.calibration import MiB, Bench, fitted_hierarchy, measure_level, message_sizes, significant
 from runtime.data import element_count, index_bits, reduction_group, tagged_data, timed_expected, timed_input
 from runtime.executor import Buffers
-from runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, fail_together, mpi_version, run_guarded
+from runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded, start_job
 from runtime.layout import Role
 from runtime.measure import Measured, interleaved
 from runtime.plan import Selection, select
@@ -68,15 +68,6 @@ from runtime.timing import TimingConfig
 
 REFIT_MAX_BYTES = 16 * MiB  # the refit's ping-pong stops here (or at the largest tuned size, if smaller)
 REFIT_MIN_BYTES = 64 * 1024  # ... and never below this (the bandwidth fit needs large messages)
-
-
-class _Parser(ArgumentParser):
-    """The shared parser (errors raise UsageError), printing help on rank 0 only."""
-
-    def print_help(self, file=None) -> None:
-        """Print the help on rank 0 only."""
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            super().print_help(file)
 
 
 def _count(minimum: int):
@@ -89,7 +80,7 @@ def _count(minimum: int):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; UsageError on a bad one."""
-    p = _Parser(prog="python -m runtime.tune", description=__doc__.split("\n")[0])
+    p = RankZeroParser(prog="python -m runtime.tune", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="the solver's result JSON (python -m solver.run ... --out plan.json)")
     p.add_argument("--out", type=Path, required=True, help="write the tuned plan here (rank 0)")
     p.add_argument("--top", type=_count(0), default=5, help="the model's best K programs per request, measured with the default (default 5)")
@@ -163,20 +154,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
-    error = None
-    try:
+    def load():
         args = parse_args(argv)
-        plan, tasks = prepare(args, world)
-    except (UsageError, PlanFileError, ValueError) as e:
-        error = str(e)
-    if fail_together(world, error):
+        return (args, *prepare(args, world))
+
+    started = start_job(world, load, lambda loaded: loaded[0].backend)
+    if started is None:
         return EXIT_USAGE
-    try:
-        backend = make_backend(args.backend, world)
-    except BackendUnavailable as e:
-        error = str(e)
-    if fail_together(world, error):
-        return EXIT_USAGE
+    (args, plan, tasks), backend = started
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     rank0 = world.Get_rank() == 0
     console = Console(stderr=True, force_terminal=args.progress or None)

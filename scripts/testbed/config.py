@@ -186,7 +186,7 @@ def state_path(instance: str = "", state_dir: Path = STATE_DIR) -> Path:
 
 
 @dataclass(frozen=True)
-class Link:
+class VethLink:
     """One veth pair: end `a` in namespace `ns_a`, end `b` in `ns_b`; each end's egress shaped at `rate_bps`.
 
     `master_a`/`master_b` name the bridge an end is enslaved to (None: it is a node end
@@ -210,16 +210,16 @@ def bridges(cfg: TestbedConfig) -> list[str]:
     return [f"{PREFIX}-core"] + [f"{PREFIX}-rack{k}" for k in range(cfg.racks)]
 
 
-def links(cfg: TestbedConfig) -> list[Link]:
+def links(cfg: TestbedConfig) -> list[VethLink]:
     """Every veth pair of the testbed: rack uplinks first, then one link per node."""
     out = []
     if cfg.racks > 1:
         for k in range(cfg.racks):
-            out.append(Link(cfg.switch_ns, f"{PREFIX}-r{k}up", cfg.switch_ns, f"{PREFIX}-r{k}dn", cfg.inter_rack_bps,
+            out.append(VethLink(cfg.switch_ns, f"{PREFIX}-r{k}up", cfg.switch_ns, f"{PREFIX}-r{k}dn", cfg.inter_rack_bps,
                             master_a=f"{PREFIX}-rack{k}", master_b=f"{PREFIX}-core"))
     for i in range(cfg.nodes):
         bridge = f"{PREFIX}-br" if cfg.racks == 1 else f"{PREFIX}-rack{cfg.rack_of(i)}"
-        out.append(Link(cfg.node_ns(i), NODE_IF, cfg.switch_ns, f"{PREFIX}-n{i}", cfg.inter_node_bps,
+        out.append(VethLink(cfg.node_ns(i), NODE_IF, cfg.switch_ns, f"{PREFIX}-n{i}", cfg.inter_node_bps,
                         master_b=bridge, address=f"{cfg.node_ip(i)}/{SUBNET.prefixlen}"))
     return out
 
