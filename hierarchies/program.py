@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from hierarchies.cli import quote
 from hierarchies.placement import Cell, Placement
 
 
@@ -88,27 +89,52 @@ class Step:
         return Step(op, cells)
 
 
+MAX_PIPELINE = 64  # most pieces a pipelined program may cut its buffer into
+
+
 @dataclass(frozen=True, order=True)
 class Program:
-    """A sequence of steps that together perform a request."""
+    """A sequence of steps that together perform a request, run on `pipeline` pieces of the buffer.
+
+    With ``pipeline = P > 1`` every chunk of the buffer is cut into P equal
+    slices and *piece* ``p`` is the p-th slice of every chunk: each piece is an
+    independent instance of the program on 1/P of the data, and step ``k`` of
+    piece ``p`` may run while step ``k + 1`` of piece ``p - 1`` does (a software
+    pipeline). The result is the same as the program's on the whole buffer, so
+    validity is that of one piece. ``pipeline = 1`` runs the steps one after
+    the other on the whole buffer.
+    """
 
     steps: tuple[Step, ...]
+    pipeline: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.pipeline <= MAX_PIPELINE:
+            raise ValueError(f"a program's pipeline must be between 1 and {MAX_PIPELINE} pieces, not {self.pipeline}")
 
     def __len__(self) -> int:
         return len(self.steps)
 
     def text(self, placement: Placement) -> str:
-        """Readable form such as ``RS(data@gpu) -> AR(data@node) -> AG(data@gpu)``."""
-        return " -> ".join(s.text(placement) for s in self.steps)
+        """Readable form such as ``RS(data@gpu) -> AR(data@node) -> AG(data@gpu)``, with `` x4 pieces`` when pipelined."""
+        steps = " -> ".join(s.text(placement) for s in self.steps)
+        return steps if self.pipeline == 1 else f"{steps} x{self.pipeline} pieces"
 
     def to_json(self, placement: Placement) -> dict:
-        """The program as in the result JSON: ``{"steps": [...]}``."""
-        return {"steps": [s.to_json(placement) for s in self.steps]}
+        """The program as in the result JSON: ``{"steps": [...], "pipeline": P}``."""
+        return {"steps": [s.to_json(placement) for s in self.steps], "pipeline": self.pipeline}
 
     @staticmethod
     def from_json(data: dict, placement: Placement) -> "Program":
-        """Parse a program written by :meth:`to_json`."""
-        return Program(tuple(Step.from_json(s, placement) for s in data["steps"]))
+        """Parse a program written by :meth:`to_json` (a missing ``pipeline`` is 1, as in plans before it)."""
+        pipeline = data.get("pipeline", 1)
+        if not isinstance(pipeline, int) or isinstance(pipeline, bool):
+            raise ValueError(f"pipeline must be an integer number of pieces, not {quote(pipeline)}")
+        return Program(tuple(Step.from_json(s, placement) for s in data["steps"]), pipeline)
+
+    def sequential(self) -> "Program":
+        """The same steps run one after the other (``pipeline = 1``)."""
+        return Program(self.steps)
 
 
 @dataclass(frozen=True)
