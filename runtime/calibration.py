@@ -96,13 +96,16 @@ def significant(x: float, digits: int = 4) -> float:
 
 def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = None,
                      reduce_GBps: float | None = None) -> Hierarchy:
-    """`h` with each measured level's latency, bandwidth, uplink and duplex efficiency replaced by the fitted figures.
+    """`h` with each measured level's latency, bandwidth, uplink and duplex efficiency replaced by the fitted figures
+    (a level whose measurements could not be fitted keeps its figures).
 
     `reduce_GBps` (the rate a device sums data, all devices at once) is set where the
     hierarchy model has that field; every other field of `h` is kept.
     """
     levels = list(h.levels)
     for l, res in results.items():
+        if "fit" not in res:  # measured but not fitted (see measure_level): the level keeps its figures
+            continue
         update = {"latency_us": significant(res["fit"]["latency_us"]), "bandwidth_GBps": significant(res["fit"]["bandwidth_GBps"])}
         if res.get("concurrent"):
             update["uplink_GBps"] = significant(res["concurrent"]["uplink_GBps"])
@@ -244,7 +247,11 @@ def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_byte
         return None
     sizes = sorted(pp)
     medians = [statistics.median(pp[s]) for s in sizes]
-    fit = fit_alpha_beta(pp)
+    try:
+        fit = fit_alpha_beta(pp)
+    except ValueError as e:  # noise swamped the size dependence (a loaded machine): no figures for this level
+        return {"level": h.levels[l].name, "pair": [0, d], "fit_error": str(e),
+                "pingpong": [{"bytes": s, "one_way_s": significant(m, 6)} for s, m in zip(sizes, medians)]}
     res = {
         "level": h.levels[l].name,
         "pair": [0, d],

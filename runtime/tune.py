@@ -232,6 +232,10 @@ def refit(plan: PlanFile, world: MPI.Intracomm, largest: int):
     world.Barrier()
     if world.Get_rank() != 0:
         return None
+    for res in results.values():
+        if "fit_error" in res:
+            print(f"warning: level {res['level']}: not refitted ({res['fit_error']}); it keeps the plan's figures",
+                  file=sys.stderr, flush=True)
     return fitted_hierarchy(h, results, f"{h.name}-tuned")
 
 

@@ -85,6 +85,8 @@ def _report(h: Hierarchy, fitted: Hierarchy, results: dict[int, dict]) -> str:
         def col(a, b):
             return f"{'-' if a is None else f'{a:g}':>9} -> {'-' if b is None else f'{b:g}':>9}"
         tag = "" if l in results else "   (not measured: count 1)"
+        if "fit_error" in results.get(l, {}):
+            tag = f"   (not fitted: {results[l]['fit_error']}; figures kept)"
         lines.append(f"{old.name:8} {col(old.latency_us, new.latency_us):>22} {col(old.bandwidth_GBps, new.bandwidth_GBps):>22} "
                      f"{col(old.uplink_GBps, new.uplink_GBps):>22} {col(old.duplex_efficiency, new.duplex_efficiency):>22}{tag}")
     return "\n".join(lines)

@@ -213,3 +213,15 @@ def test_the_tuner_needs_neither_z3_nor_the_solver(tmp_path):
     assert doc["placements"][0]["picked"]["wrong"] == 0
     assert Hierarchy.model_validate_json(out.with_suffix(".hierarchy.json").read_text()).name == "test-tuned"
 
+
+
+def test_a_level_whose_times_cannot_be_fitted_keeps_its_figures():
+    """On a loaded machine the ping-pong times may not grow with size: the level is reported, not refitted."""
+    from hierarchies import Hierarchy, Level
+    from runtime.calibration import fitted_hierarchy
+
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1, latency_us=20), Level(name="core", count=2)))
+    measured = {"level": "core", "pair": [0, 1], "fit": {"latency_us": 3.0, "bandwidth_GBps": 9.0}}
+    out = fitted_hierarchy(h, {0: {"level": "node", "pair": [0, 2], "fit_error": "times do not grow"}, 1: measured})
+    assert out.levels[0] == h.levels[0]
+    assert (out.levels[1].latency_us, out.levels[1].bandwidth_GBps) == (3.0, 9.0)
