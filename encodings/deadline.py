@@ -15,6 +15,10 @@ class Deadline:
     def __init__(self, seconds: float | None):
         self.end = None if seconds is None else time.monotonic() + seconds
 
+    def remaining(self) -> float | None:
+        """Seconds left (at least 0), or None without a limit."""
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
+
     def expired(self) -> bool:
         """True once the budget has run out."""
         return self.end is not None and time.monotonic() >= self.end

@@ -18,17 +18,22 @@ from hierarchies.concrete import CheckResult, ConcreteChecker
 
 # Largest devices x chunks simulated directly; beyond it, a miniature.
 DIRECT_LIMIT = 1 << 14
+# A miniature keeps the other axes' cells (several reduction groups side by side) only while its devices x chunks
+# stay within this; beyond it, one reduction group. Every reduction group runs the same steps on its own devices
+# (the digit bijection), so one group checks a program's validity and result; the limit keeps a check of a
+# miniature under a few milliseconds (a 1,024-device miniature took up to 0.2 s a program).
+MINIATURE_LIMIT = 1 << 8
 
 
 def miniature(placement: Placement, request: Request) -> Placement:
     """A small placement with the same reduced cells, each of factor 2.
 
-    Non-reduced cells keep factor 2 while the miniature stays within
-    DIRECT_LIMIT, else they shrink to 1 (one reduction group).
+    Non-reduced cells keep factor 2 while the miniature's devices x chunks
+    stay within MINIATURE_LIMIT, else they shrink to 1 (one reduction group).
     """
     reduced = set(request.reduced_cells(placement))
     others = [c for c in placement.cells if c not in reduced]
-    keep_others = 2 ** (len(reduced) * 2 + len(others)) <= DIRECT_LIMIT
+    keep_others = 2 ** (len(reduced) * 2 + len(others)) <= MINIATURE_LIMIT
     kept = reduced | (set(others) if keep_others else set())
     matrix = tuple(
         tuple(2 if Cell(a, l) in kept else 1 for l in range(len(placement.hierarchy.levels)))
@@ -49,15 +54,25 @@ class Verifier:
         g = math.prod(placement.factor(c) for c in request.reduced_cells(placement))
         self.on_miniature = placement.num_devices * g > DIRECT_LIMIT
         self.target = miniature(placement, request) if self.on_miniature else placement
-        self.checker = ConcreteChecker(self.target, request)
+        self.request = request
 
     def check(self, program: Program) -> CheckResult:
-        """Run `program` through the concrete per-device semantics."""
+        """Run `program` through the concrete per-device semantics (once per target, request and program)."""
         # a cell keeps its (axis, level) identity in the miniature, so steps carry over as they are
-        return self.checker.check(program)
+        return _check(self.target, self.request, program)
+
+
+@lru_cache(maxsize=256)
+def _checker(target: Placement, request: Request) -> ConcreteChecker:
+    return ConcreteChecker(target, request)
+
+
+@lru_cache(maxsize=1 << 16)
+def _check(target: Placement, request: Request, program: Program) -> CheckResult:
+    return _checker(target, request).check(program)
 
 
 @lru_cache(maxsize=256)
 def verifier(placement: Placement, request: Request) -> Verifier:
-    """A cached verifier for `placement` and `request`."""
+    """A cached verifier for `placement` and `request`; placements with equal miniatures share their checks."""
     return Verifier(placement, request)

@@ -1,43 +1,83 @@
-"""Synthesis benchmark: our Z3 synthesis vs a brute-force enumerator, side by side in one run.
+"""Synthesis benchmark: what `python -m solver.run` costs at the scale users plan, side by side in one run.
 
-The brute force is the paper's style: generate every candidate program of at
-most K steps (each step any of the 5 collectives on any non-empty subset of the
-reduced cells) and run each through the concrete per-device semantics, keeping
-the valid ones and the cheapest. Ours: Z3 lists the valid programs (each then
-checked concretely) and separately proves the 5 cheapest. Both must find the
-same program set and the same optimum; when they do not, the script prints what
-differs and exits 1 (checks that stay under ``python -O``).
+1. **Program sets**: brute force (the paper's style: every candidate program of
+   at most K steps through the concrete semantics) against ours (Z3 lists the
+   valid programs, each then checked concretely; the explicit search finds the
+   5 cheapest with a checked certificate). Both must find the same program set
+   and optimum; where they do not, the script says what differs and exits 1.
+2. **Sweeps**, each a real ``python -m solver.run`` (start-up and placement
+   enumeration included), wall-clock median over ``--repeats``: a 3D-parallel
+   job on 4,096 GPUs (pod 4 x rack 8 x node 16 x gpu 8; dp 64 x tp 8 x pp 8;
+   all_reduce over dp at 1 GiB, ``max_steps`` 6, ``--top 10``, every placement
+   proved) solved serially without reuse (``--no-reuse``, cut at
+   ``--no-reuse-limit`` s), with reuse, with ``--jobs 2`` and under
+   ``mpirun -n 2``; the same job's all_reduce over dp and tp (up to 7 reduced
+   cells); a 65,536-device job. Peak memory is the largest resident set of any
+   process of the run, sampled from /proc every 50 ms (Linux).
+3. **One placement** at 4, 6 and 8 reduced cells (``max_steps`` 6, top 10
+   proved), in this process: median and max over the placements with that many
+   cells (at most ``--sample`` of them).
 
-Then our synthesis alone on systems up to 65,536 devices: the proved-cheapest
-program (verified on a miniature) on the `--sample` placements of each system
-with the most reduced cells.
+Every sweep's JSON must be complete and every placement proved; the four ways of
+running the first sweep must write the same JSON byte for byte. Otherwise exit 1.
 
-    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 120]
+    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
 
-from p2synth_encodings.placements import enumerate_placements
-from p2synth_encodings.deadline import Deadline
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request, load_system
-from hierarchies.program import Program, Step
+from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from hierarchies.concrete import ConcreteChecker
+from hierarchies.program import Program, Step
 from solver.cost import program_seconds
 from solver.models import cost_model
 from solver.search import solve
+from solver.spec import load_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+POD = [
+    {"name": "pod", "count": 4, "bandwidth_GBps": 3, "latency_us": 30, "uplink_GBps": 100},
+    {"name": "rack", "count": 8, "bandwidth_GBps": 12.5, "latency_us": 20, "uplink_GBps": 400},
+    {"name": "node", "count": 16, "bandwidth_GBps": 25, "latency_us": 14, "uplink_GBps": 200},
+    {"name": "gpu", "count": 8, "bandwidth_GBps": 240, "latency_us": 3.4},
+]
+AXES_3D = [{"name": "dp", "size": 64}, {"name": "tp", "size": 8}, {"name": "pp", "size": 8}]
 
 
+def spec(axes: list[str], levels=POD, job_axes=AXES_3D, steps: int = 6) -> dict:
+    """A sweep spec over every placement of `job_axes` on `levels`, all_reduce over `axes` at 1 GiB."""
+    return {"hierarchy": {"name": "pods", "levels": levels}, "axes": job_axes,
+            "request": {"axes": axes, "collective": "all_reduce"}, "message_bytes": 1 << 30, "max_steps": steps}
+
+
+BIG_65K = spec(["data"], levels=[dict(POD[0], count=16), dict(POD[1], count=16), dict(POD[2], count=32), POD[3]],
+               job_axes=[{"name": "data", "size": 2048}, {"name": "pipe", "size": 4}, {"name": "tensor", "size": 8}])
+
+
+def fail(message: str) -> NoReturn:
+    """Stop the benchmark: a disagreement or an unproved result is a bug, never a figure."""
+    print(f"check failed: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+# ---- 1. program sets against brute force ------------------------------------------------------------
 def brute_force(placement: Placement, request: Request, max_steps: int, budget_s: float):
     """Check every candidate program concretely; (valid programs, best cost) or None past the budget."""
     cells = request.reduced_cells(placement)
@@ -58,64 +98,22 @@ def brute_force(placement: Placement, request: Request, max_steps: int, budget_s
     return valid, best
 
 
-def ours_all(placement: Placement, request: Request, max_steps: int):
-    """Every valid program via Z3 (each verified concretely inside solve)."""
-    sol = solve(placement, request, 1 << 30, max_steps, top=None)
-    return [r.program for r in sol.programs], sol.best.cost_s
-
-
-def ours_top(placement: Placement, request: Request, max_steps: int, top: int = 5):
-    """The `top` cheapest programs, proved and verified."""
-    return solve(placement, request, 1 << 30, max_steps, top=top)
-
-
-def two_level(outer: int, inner: int, bw_outer=10.0, bw_inner=100.0) -> Hierarchy:
-    return Hierarchy(name=f"{outer}x{inner}", levels=(
-        Level(name="node", count=outer, bandwidth_GBps=bw_outer, latency_us=10),
-        Level(name="gpu", count=inner, bandwidth_GBps=bw_inner, latency_us=1),
-    ))
-
-
 def small_cases():
     """(name, placement, request, max_steps) on 8..64 devices."""
+    two = lambda outer, inner: Hierarchy(name=f"{outer}x{inner}", levels=(
+        Level(name="node", count=outer, bandwidth_GBps=10.0, latency_us=10),
+        Level(name="gpu", count=inner, bandwidth_GBps=100.0, latency_us=1)))
+    three = lambda n, g: Hierarchy(name=f"2x{n}x{g}", levels=(
+        Level(name="rack", count=2, bandwidth_GBps=2, latency_us=20), Level(name="node", count=n, bandwidth_GBps=10, latency_us=10),
+        Level(name="gpu", count=g, bandwidth_GBps=100, latency_us=1)))
     data = lambda n: (Axis(name="data", size=n),)
-    three = Hierarchy(name="2x2x4", levels=(
-        Level(name="rack", count=2, bandwidth_GBps=2, latency_us=20),
-        Level(name="node", count=2, bandwidth_GBps=10, latency_us=10),
-        Level(name="gpu", count=4, bandwidth_GBps=100, latency_us=1),
-    ))
-    three64 = three.model_copy(update={"name": "2x4x8", "levels": (
-        three.levels[0], three.levels[1].model_copy(update={"count": 4}), three.levels[2].model_copy(update={"count": 8}))})
     return [
-        ("8 dev, data=8, C=2", Placement(two_level(2, 4), data(8), ((2, 4),)), Request(frozenset({0})), 4),
-        ("16 dev, data=16, C=3", Placement(three, data(16), ((2, 2, 4),)), Request(frozenset({0})), 3),
-        ("32 dev, data=16 x model=2, C=2", Placement(two_level(4, 8), (Axis(name="data", size=16), Axis(name="model", size=2)), ((4, 4), (1, 2))), Request(frozenset({0})), 4),
-        ("64 dev, data=64, C=3", Placement(three64, data(64), ((2, 4, 8),)), Request(frozenset({0})), 3),
-        ("64 dev, data x model both, C=5", Placement(three64, (Axis(name="data", size=16), Axis(name="model", size=4)), ((2, 2, 4), (1, 2, 2))), Request(frozenset({0, 1}), Collective.REDUCE_SCATTER), 3),
+        ("8 dev, data=8, C=2", Placement(two(2, 4), data(8), ((2, 4),)), Request(frozenset({0})), 4),
+        ("16 dev, data=16, C=3", Placement(three(2, 4), data(16), ((2, 2, 4),)), Request(frozenset({0})), 3),
+        ("32 dev, data=16 x model=2, C=2", Placement(two(4, 8), (Axis(name="data", size=16), Axis(name="model", size=2)), ((4, 4), (1, 2))), Request(frozenset({0})), 4),
+        ("64 dev, data=64, C=3", Placement(three(4, 8), data(64), ((2, 4, 8),)), Request(frozenset({0})), 3),
+        ("64 dev, data x model both, C=5", Placement(three(4, 8), (Axis(name="data", size=16), Axis(name="model", size=4)), ((2, 2, 4), (1, 2, 2))), Request(frozenset({0, 1}), Collective.REDUCE_SCATTER), 3),
     ]
-
-
-def large_cases():
-    """(name, hierarchy, axes, request axes) up to 65,536 devices."""
-    pod = lambda pods, racks, nodes: Hierarchy(name=f"pod{pods}", levels=(
-        Level(name="pod", count=pods, bandwidth_GBps=3, latency_us=30, uplink_GBps=100),
-        Level(name="rack", count=racks, bandwidth_GBps=12.5, latency_us=20, uplink_GBps=400),
-        Level(name="node", count=nodes, bandwidth_GBps=25, latency_us=14, uplink_GBps=200),
-        Level(name="gpu", count=8, bandwidth_GBps=240, latency_us=3.4),
-    ))
-    return [
-        ("dgx-a100 x 64 (512)", load_system("dgx-a100", nodes=64), (Axis(name="data", size=64), Axis(name="tensor", size=8)), {0}),
-        ("dgx-h100 x 512 (4096)", load_system("dgx-h100", nodes=512), (Axis(name="data", size=256), Axis(name="pipe", size=2), Axis(name="tensor", size=8)), {0}),
-        ("4 pods x 16 racks x 32 nodes (16384)", pod(4, 16, 32), (Axis(name="data", size=512), Axis(name="pipe", size=4), Axis(name="tensor", size=8)), {0}),
-        ("16 pods x 16 racks x 32 nodes (65536)", pod(16, 16, 32), (Axis(name="data", size=2048), Axis(name="pipe", size=4), Axis(name="tensor", size=8)), {0}),
-        ("16 pods x 16 racks x 32 nodes, data+pipe", pod(16, 16, 32), (Axis(name="data", size=2048), Axis(name="pipe", size=4), Axis(name="tensor", size=8)), {0, 1}),
-    ]
-
-
-def fail(message: str) -> NoReturn:
-    """Stop the benchmark: a disagreement between two searches is a bug, never a figure."""
-    print(f"check failed: {message}", file=sys.stderr)
-    raise SystemExit(1)
 
 
 def timed(fn, repeats: int):
@@ -128,60 +126,181 @@ def timed(fn, repeats: int):
     return statistics.median(times), result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per case (median reported)")
-    ap.add_argument("--brute-limit", type=float, default=120.0, help="seconds allowed to one brute-force run")
-    ap.add_argument("--sample", type=int, default=3, help="placements per large system (those with the most reduced cells)")
-    ap.add_argument("--skip-small", action="store_true", help="only the large systems")
-    args = ap.parse_args()
-    console = Console(width=160)
-
-    t1 = Table(title="All valid programs and the optimum: brute force (concrete semantics on every candidate) vs ours (Z3)", title_justify="left")
-    for c in ["system", "K", "candidates", "valid", "brute force", "ours: all (Z3 list + check)", "ratio", "ours: top-5 proved", "ratio"]:
-        t1.add_column(c, justify="right" if c not in ("system",) else "left")
-    for name, p, req, k in ([] if args.skip_small else small_cases()):
+def program_sets(console: Console, repeats: int, brute_limit: float) -> None:
+    table = Table(title="All valid programs and the optimum: brute force (concrete semantics on every candidate) vs ours", title_justify="left")
+    for c in ["system", "K", "candidates", "valid", "brute force", "ours: all (Z3 list + check)", "ratio", "ours: top 5 proved", "ratio"]:
+        table.add_column(c, justify="left" if c == "system" else "right")
+    for name, p, req, k in small_cases():
         n = len(req.reduced_cells(p))
-        candidates = sum((5 * (2**n - 1)) ** i for i in range(1, k + 1))
-        t_brute, brute = timed(lambda: brute_force(p, req, k, args.brute_limit), 1)
-        t_all, (ours, best) = timed(lambda: ours_all(p, req, k), args.repeats)
-        t_top, top = timed(lambda: ours_top(p, req, k), args.repeats)
+        candidates = sum((5 * (2 ** n - 1)) ** i for i in range(1, k + 1))
+        t_brute, brute = timed(lambda: brute_force(p, req, k, brute_limit), 1)
+        t_all, everything = timed(lambda: solve(p, req, 1 << 30, k, top=None), repeats)
+        t_top, top = timed(lambda: solve(p, req, 1 << 30, k, top=5), repeats)
+        ours = [r.program for r in everything.programs]
+        if not (top.optimal and math.isclose(top.best.cost_s, everything.best.cost_s, rel_tol=1e-9)):
+            fail(f"{name}: the proved top 5 does not start with the cheapest listed program")
         if brute is not None:
             if set(brute[0]) != set(ours):
                 fail(f"{name}: brute force finds {len(brute[0])} valid programs, Z3 lists {len(ours)}")
-            if not (math.isclose(brute[1], best, rel_tol=1e-9) and math.isclose(top.best.cost_s, best, rel_tol=1e-9)):
-                fail(f"{name}: optimum differs: brute force {brute[1]}, Z3 listing {best}, Z3 proved top {top.best.cost_s}")
+            if not math.isclose(brute[1], everything.best.cost_s, rel_tol=1e-9):
+                fail(f"{name}: optimum differs: brute force {brute[1]}, ours {everything.best.cost_s}")
             bt, r1, r2 = f"{t_brute:.2f} s", f"{t_brute / t_all:.0f}x", f"{t_brute / t_top:.0f}x"
         else:
-            bt, r1, r2 = f"> {args.brute_limit:.0f} s", f"> {args.brute_limit / t_all:.0f}x", f"> {args.brute_limit / t_top:.0f}x"
-        t1.add_row(name, str(k), f"{candidates:,}", f"{len(ours):,}", bt, f"{t_all:.3f} s", r1, f"{t_top:.3f} s", r2)
+            bt, r1, r2 = f"> {brute_limit:.0f} s", f"> {brute_limit / t_all:.0f}x", f"> {brute_limit / t_top:.0f}x"
+        table.add_row(name, str(k), f"{candidates:,}", f"{len(ours):,}", bt, f"{t_all:.3f} s", r1, f"{t_top:.3f} s", r2)
         console.print(f"  done: {name}", style="dim")
-    if not args.skip_small:
-        console.print(t1)
+    console.print(table)
 
-    t2 = Table(title=f"Ours alone: proved-cheapest program (K=4, verified on a miniature) on {args.sample} placements per system with the most reduced cells", title_justify="left")
-    for c in ["system", "devices", "placements", "cells", "enumerate placements", "per placement (median)", "max", "all proved"]:
-        t2.add_column(c, justify="right" if c != "system" else "left")
-    for name, h, axes, red in large_cases():
-        req = Request(frozenset(red))
-        t = time.perf_counter()
-        matrices = list(enumerate_placements(tuple(a.size for a in axes), h.counts))
-        t_enum = time.perf_counter() - t
-        placements = sorted((Placement(h, axes, m) for m in matrices), key=lambda p: (-len(req.reduced_cells(p)), p.matrix))
-        per, proved = [], True
-        for p in placements[: args.sample]:
+
+# ---- 2. sweeps as real runs ---------------------------------------------------------------------------
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parents.get(pid, []))
+    return out
+
+
+def run_cli(args: list[str], timeout: float, mpi_ranks: int = 0) -> tuple[float, int, int]:
+    """(wall seconds, exit status, peak RSS in MiB of the largest process) of one solver run."""
+    cmd = [sys.executable, "-m", "solver.run", *args]
+    env = dict(os.environ)
+    if mpi_ranks:
+        cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "-n", str(mpi_ranks), *cmd]
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,sm",
+                   OMPI_MCA_mpi_yield_when_idle="1")
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max([peak[0]] + [_rss_kib(p) for p in _tree(proc.pid)])
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        _, err = proc.communicate(timeout=timeout + 60)
+    finally:
+        stop.set()
+        sampler.join()
+    if proc.returncode not in (0, 4):
+        fail(f"solver.run {' '.join(args)} exited {proc.returncode}: {err.strip()[-500:]}")
+    return time.perf_counter() - t, proc.returncode, peak[0] // 1024
+
+
+def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Path) -> list[tuple]:
+    """The sweep rows: (what, placements, wall, target, peak MiB)."""
+    rows = []
+    specs = {"dp": spec(["dp"]), "dp+tp": spec(["dp", "tp"]), "65k": BIG_65K}
+    for name, s in specs.items():
+        (folder / f"{name}.json").write_text(json.dumps(s))
+
+    def runs(label, spec_name, flags, reps, target, mpi=0, limit=1800.0):
+        out = folder / f"{label.replace(' ', '_').replace('/', '')}.out.json"
+        walls, peaks, code = [], [], 0
+        for _ in range(reps):
+            wall, code, peak = run_cli([str(folder / f"{spec_name}.json"), "--quiet", "--top", "10", "--out", str(out),
+                                        "--timeout", str(limit), *flags], limit, mpi)
+            walls.append(wall)
+            peaks.append(peak)
+        doc = json.loads(out.read_text())
+        reached = len(doc["placements"])
+        if code == 0 and not (doc["complete"] and all(p["optimal"] for p in doc["placements"])):
+            fail(f"{label}: exit 0 but not every placement proved")
+        wall = statistics.median(walls)
+        shown = f"{wall:.1f} s" if code == 0 else f"> {limit:.0f} s (cut; {reached} of {doc['placement_count']} placements)"
+        rows.append((label, doc["placement_count"], shown, target, max(peaks)))
+        console.print(f"  done: {label}: {shown}", style="dim")
+        return out.read_bytes() if code == 0 else None
+
+    same = [
+        runs("dp sweep, serial, no reuse", "dp", ["--jobs", "1", "--no-reuse"], 1, "", limit=no_reuse_limit),
+        runs("dp sweep, serial, reuse", "dp", ["--jobs", "1"], repeats, "< 30 s"),
+        runs("dp sweep, --jobs 2", "dp", ["--jobs", "2"], repeats, "< 30 s"),
+        runs("dp sweep, mpirun -n 2", "dp", [], repeats, "< 30 s", mpi=2),
+    ]
+    if len({b for b in same if b is not None}) != 1:
+        fail("the dp sweep wrote different JSON serially, with reuse, with --jobs 2 and under mpirun -n 2")
+    runs("dp+tp sweep (up to 7 cells), --jobs 2", "dp+tp", ["--jobs", "2"], 1, "< 5 min")
+    runs("65,536 devices, data sweep, --jobs 2", "65k", ["--jobs", "2"], repeats, "")
+    return rows
+
+
+# ---- 3. one placement at 4, 6, 8 cells --------------------------------------------------------------------
+def per_placement(console: Console, sample: int, folder: Path) -> list[tuple]:
+    """(cells, placements timed, median s, max s, target) for one-placement searches, each from scratch."""
+    out = []
+    for cells, axes, target in ((4, ["dp"], ""), (6, ["dp", "tp"], "median < 2 s"), (8, ["dp", "tp", "pp"], "< 30 s")):
+        path = folder / f"cells{cells}.json"
+        path.write_text(json.dumps(spec(axes)))
+        problem = load_problem(path)
+        named = problem.requests[0]
+        chosen = [m for m in problem.matrices if len(named.request.reduced_cells(problem.placement(m))) == cells][:sample]
+        times = []
+        for m in chosen:
             t = time.perf_counter()
-            sol = solve(p, req, 1 << 30, 4, top=1, deadline=Deadline(600))
-            per.append(time.perf_counter() - t)
-            if not all(r.verified for r in sol.programs):
-                fail(f"{name}: a reported program is not verified")
-            proved &= sol.optimal
-        cells = len(req.reduced_cells(placements[0]))
-        t2.add_row(name, f"{h.num_devices:,}", str(len(matrices)), str(cells), f"{t_enum:.2f} s",
-                   f"{statistics.median(per):.2f} s", f"{max(per):.2f} s", "yes" if proved else "no")
-        console.print(f"  done: {name}", style="dim")
-    console.print(t2)
+            sol = solve(problem.placement(m), named.request, named.message_bytes, 6, top=10)
+            times.append(time.perf_counter() - t)
+            if not sol.optimal or len(sol.programs) != 10 or not all(r.verified for r in sol.programs):
+                fail(f"{cells} cells: placement {m} not proved with 10 verified programs")
+        out.append((cells, len(times), statistics.median(times), max(times), target))
+        console.print(f"  done: {cells} cells", style="dim")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench_synthesis", description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per sweep and small case (median reported)")
+    ap.add_argument("--brute-limit", type=float, default=60.0, help="seconds allowed to one brute-force run")
+    ap.add_argument("--no-reuse-limit", type=float, default=300.0, help="seconds allowed to the sweep without reuse")
+    ap.add_argument("--sample", type=int, default=10, help="placements timed per cell count")
+    ap.add_argument("--skip-small", action="store_true", help="leave out the brute-force comparison")
+    args = ap.parse_args(argv)
+    console = Console(width=170)
+    console.print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", style="dim")
+    if not args.skip_small:
+        program_sets(console, args.repeats, args.brute_limit)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        rows = sweep_rows(console, args.repeats, args.no_reuse_limit, folder)
+        cells = per_placement(console, args.sample, folder)
+    t = Table(title=f"Sweeps: real `python -m solver.run` runs, --top 10, every placement proved (median of {args.repeats}; single runs where marked)", title_justify="left")
+    for c in ("run", "placements", "wall", "target", "peak RSS (largest process)"):
+        t.add_column(c, justify="left" if c == "run" else "right")
+    for label, n, wall, target, peak in rows:
+        t.add_row(label, str(n), wall, target, f"{peak} MiB")
+    console.print(t)
+    t = Table(title="One placement from scratch, max_steps 6, top 10 proved and verified", title_justify="left")
+    for c in ("reduced cells", "placements", "median", "max", "target"):
+        t.add_column(c, justify="right")
+    for cells_, n, med, worst, target in cells:
+        t.add_row(str(cells_), str(n), f"{med:.2f} s", f"{worst:.2f} s", target)
+    console.print(t)
+    console.print(f"load average {os.getloadavg()[0]:.1f} at the end", style="dim")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
+import numpy as np
+
 from hierarchies.placement import Placement
-from hierarchies.program import Collective, Program, Request
+from hierarchies.program import Collective, Program, RawProgram, Request
 from hierarchies.abstract import AbstractState, apply, start_state
 
 
@@ -45,6 +47,37 @@ class PyAlgebra:
 
 PY = PyAlgebra()
 
+OP_CODES: dict[Collective, int] = {op: i for i, op in enumerate(Collective)}  # op of ArrayAlgebra cases
+
+
+class ArrayAlgebra:
+    """Vectorized evaluation: booleans and values are numpy arrays, one entry per case.
+
+    The op argument of a cost model is an array of :data:`OP_CODES`. The
+    arithmetic is the same float64 arithmetic as :class:`PyAlgebra`'s, case
+    by case, so each entry equals the scalar evaluation of its case.
+    """
+
+    def ite(self, cond: Any, then: Any, other: Any) -> Any:
+        if isinstance(cond, (bool, np.bool_)):
+            return then if cond else other
+        return np.where(cond, then, other)
+
+    def any(self, conds: Sequence[Any]) -> Any:
+        conds = [c for c in conds if c is not False]
+        if not conds:
+            return False
+        out = conds[0]
+        for c in conds[1:]:
+            out = out | c
+        return out
+
+    def is_op(self, op: Any, which: Collective) -> Any:
+        return op == OP_CODES[which]
+
+
+ARRAYS = ArrayAlgebra()
+
 
 class CostModel(Protocol):
     """What the search needs of a cost model: the time of one step in a given abstract state.
@@ -68,18 +101,23 @@ def step_seconds(model: CostModel, state: AbstractState, op: Collective, S: int,
 
 def program_seconds(model: CostModel, placement: Placement, request: Request, program: Program) -> list[float]:
     """Predicted seconds of each step of `program` (which must be valid)."""
-
     cells = request.reduced_cells(placement)
-    index = {c: i for i, c in enumerate(cells)}
-    n = len(cells)
-    state = start_state(request.collective, n)
+    raw = tuple((step.op, sum(1 << cells.index(c) for c in step.slice)) for step in program.steps)
+    try:
+        return raw_program_seconds(model, request.collective, len(cells), raw)
+    except ValueError:
+        raise ValueError(f"program is not valid for this request: {program.text(placement)}") from None
+
+
+def raw_program_seconds(model: CostModel, collective: Collective, n: int, raw: RawProgram) -> list[float]:
+    """Predicted seconds of each step of a program given as (op, slice mask) pairs over `n` reduced cells."""
+    state = start_state(collective, n)
     times = []
-    for step in program.steps:
-        S = sum(1 << index[c] for c in step.slice)
-        times.append(step_seconds(model, state, step.op, S, n))
-        nxt = apply(state, step.op, S)
+    for op, S in raw:
+        times.append(step_seconds(model, state, op, S, n))
+        nxt = apply(state, op, S)
         if nxt is None:
-            raise ValueError(f"program is not valid for this request: {program.text(placement)}")
+            raise ValueError(f"program {raw} is not valid")
         state = nxt
     return times
 

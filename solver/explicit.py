@@ -1,18 +1,171 @@
-"""Explicit cost searches over the abstract semantics: the independent oracles of the Z3 encoding.
+"""Explicit searches over the abstract semantics: the fast top-N search and the independent oracles.
 
-Dijkstra finds the cheapest program within a bound; a uniform-cost search
-lists the N cheapest. The search (``solver/search.py``) uses the latter to
-propose programs that Z3 then checks and proves optimal.
+The top-N search works on the dense state space (``hierarchies/statespace.py``):
+
+1. :func:`edge_costs`: the cost of every step from every state it applies to,
+   evaluated with the cost model's own code, vectorized (``ArrayAlgebra``), once
+   per distinct (step, scattered cells, rooted cells), since a step's cost
+   depends on nothing else;
+2. :func:`cost_to_go`: backward dynamic programming, ``h[r][s]`` = the cheapest
+   completion from state ``s`` in at most ``r`` steps (``inf`` if none);
+3. :func:`cheapest_programs`: best-first search over partial programs ordered
+   by ``cost so far + h``. With an exact ``h`` every programme leaves the queue
+   in order of cost and the search touches little beyond the programs it
+   returns.
+
+``h`` is also the certificate ``solver/certificate.py`` checks. Dijkstra over
+(state, steps taken) (:func:`cheapest`) stays as the simple oracle the tests
+hold both this search and Z3 to.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
+from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from hierarchies.abstract import AbstractState, is_goal, start_state, successors
-from hierarchies.program import Collective
+from hierarchies.program import Collective, RawProgram
+from hierarchies.statespace import StateSpace
+from p2synth_encodings.deadline import Deadline
+from p2synth_encodings.errors import SolverTimeout
+from solver.cost import ARRAYS, OP_CODES, CostModel
+
+# Programs costing within this relative margin of the N-th cheapest are kept as candidates: the top N is then
+# chosen among them by (cost, length, program), so ties at the cut are resolved the same way for every placement.
+TIE_MARGIN = 1e-9
+MAX_CANDIDATES = 200_000  # ties beyond this many programs at the cut are refused (never seen with real link figures)
+
+
+@dataclass(frozen=True)
+class EdgeCosts:
+    """The predicted seconds of every step of a state space from every state it is valid in.
+
+    ``weights[j][i]`` is the cost of ``space.steps[j]`` taken in state ``space.steps[j].sources[i]``.
+    """
+
+    space: StateSpace
+    weights: tuple[np.ndarray, ...]
+
+    def step_cost(self, state: int, j: int) -> float:
+        """The cost of step `j` in state index `state` (which must be one of its sources)."""
+        step = self.space.steps[j]
+        i = int(np.searchsorted(step.sources, state))
+        if i >= step.sources.size or step.sources[i] != state:
+            raise ValueError(f"step {step.op.short}/{step.mask:b} is not valid in state {state}")
+        return float(self.weights[j][i])
+
+
+def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None) -> EdgeCosts:
+    """Evaluate `model` on every (step, state) of `space`; the cost depends only on the step and the state's Y, Z."""
+    deadline = deadline or Deadline(None)
+    C = space.cells
+    yz = space.scattered | (space.rooted << C)
+    ops, slices, keys, inverses = [], [], [], []
+    for step in space.steps:
+        unique, inverse = np.unique(yz[step.sources], return_inverse=True)
+        ops.append(np.full(unique.size, OP_CODES[step.op]))
+        slices.append(np.full(unique.size, step.mask))
+        keys.append(unique)
+        inverses.append(inverse)
+    if deadline.expired():
+        raise SolverTimeout("step costs")
+    op, S, key = np.concatenate(ops), np.concatenate(slices), np.concatenate(keys)
+    Y, Z = key & ((1 << C) - 1), key >> C
+    bits = lambda a: [(a >> c & 1).astype(bool) for c in range(C)]
+    values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, op, bits(S), bits(Y), bits(Z)), dtype=np.float64), op.shape)
+    weights, at = [], 0
+    for unique, inverse in zip(keys, inverses):
+        weights.append(values[at:at + unique.size][inverse])
+        at += unique.size
+    return EdgeCosts(space, tuple(weights))
+
+
+def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None) -> np.ndarray:
+    """``h[r][s]``: the cheapest way from state `s` to a goal in at most `r` steps (0 at a goal, inf if none).
+
+    Shape ``(max_steps + 1, states)``. Backward dynamic programming over the
+    steps: ``h[r][s] = min(0 if s is a goal, min over steps (w + h[r-1][s']))``.
+    """
+    deadline = deadline or Deadline(None)
+    space = costs.space
+    at_goal = np.where(space.goal, 0.0, np.inf)
+    h = np.empty((max_steps + 1, space.size))
+    h[0] = at_goal
+    for r in range(1, max_steps + 1):
+        if deadline.expired():
+            raise SolverTimeout("explicit search")
+        row = at_goal.copy()
+        for step, w in zip(space.steps, costs.weights):
+            row[step.sources] = np.minimum(row[step.sources], w + h[r - 1][step.targets])
+        h[r] = row
+    return h
+
+
+@dataclass(frozen=True)
+class Successors:
+    """Every step of a state space grouped by the state it is taken in (compressed rows)."""
+
+    offsets: np.ndarray   # steps of state s: rows offsets[s] .. offsets[s+1]
+    step: np.ndarray      # index into space.steps
+    target: np.ndarray
+    weight: np.ndarray
+
+
+def successors_by_state(costs: EdgeCosts) -> Successors:
+    """The (step, target, weight) rows of every state, in state order (steps in StateSpace order within a state)."""
+    space = costs.space
+    src = np.concatenate([s.sources for s in space.steps])
+    step = np.concatenate([np.full(s.sources.size, j) for j, s in enumerate(space.steps)])
+    target = np.concatenate([s.targets for s in space.steps])
+    weight = np.concatenate(costs.weights)
+    order = np.argsort(src, kind="stable")
+    offsets = np.searchsorted(src[order], np.arange(space.size + 1))
+    return Successors(offsets, step[order], target[order], weight[order])
+
+
+def cheapest_programs(costs: EdgeCosts, h: np.ndarray, n: int, deadline: Deadline | None = None,
+                      rows: Successors | None = None) -> list[tuple[float, RawProgram]]:
+    """Every program within ``len(h) - 1`` steps costing at most the `n`-th cheapest (ties within TIE_MARGIN), cheapest first.
+
+    Best-first search over partial programs by ``cost so far + h``: with the
+    exact cost-to-go `h`, programs leave the queue in order of cost. The
+    caller picks the top `n` among the returned candidates by its own order.
+    """
+    deadline = deadline or Deadline(None)
+    space = costs.space
+    rows = rows or successors_by_state(costs)
+    K = h.shape[0] - 1
+    tie = itertools.count()
+    heap = [(float(h[K][space.start]), next(tie), 0, space.start, 0.0, ())]
+    out: list[tuple[float, tuple[int, ...]]] = []
+    bound = math.inf
+    while heap:
+        priority, _, depth, state, g, prog = heapq.heappop(heap)
+        if priority > bound or not math.isfinite(priority):
+            break
+        if deadline.expired():
+            raise SolverTimeout("explicit search")
+        if prog and space.goal[state]:
+            out.append((g, prog))
+            if len(out) == n:
+                bound = g * (1 + TIE_MARGIN)
+            if len(out) > MAX_CANDIDATES:
+                raise ValueError(f"more than {MAX_CANDIDATES:,} programs tie with the {n}-th cheapest")
+        if depth == K:
+            continue
+        lo, hi = rows.offsets[state], rows.offsets[state + 1]
+        after = g + rows.weight[lo:hi]
+        pri = after + h[K - depth - 1][rows.target[lo:hi]]
+        for i in np.flatnonzero(pri <= bound).tolist():
+            heapq.heappush(heap, (float(pri[i]), next(tie), depth + 1, int(rows.target[lo + i]), float(after[i]),
+                                  prog + (int(rows.step[lo + i]),)))
+    steps = space.steps
+    return [(g, tuple((steps[j].op, steps[j].mask) for j in prog)) for g, prog in out]
 
 
 def cheapest(
@@ -21,7 +174,7 @@ def cheapest(
     max_steps: int,
     step_cost: Callable[[AbstractState, Collective, int], float],
 ) -> tuple[float, tuple[tuple[Collective, int], ...]] | None:
-    """Dijkstra over (state, steps taken): the cheapest program within `max_steps`, or None."""
+    """Dijkstra over (state, steps taken): the cheapest program within `max_steps`, or None (the tests' oracle)."""
     start = start_state(collective, num_cells)
     tie = itertools.count()
     heap = [(0.0, next(tie), start, 0, ())]
@@ -38,41 +191,6 @@ def cheapest(
         for op, S, nxt in successors(state, num_cells):
             heapq.heappush(heap, (cost + step_cost(state, op, S), next(tie), nxt, depth + 1, prog + ((op, S),)))
     return None
-
-
-def cheapest_programs(
-    collective: Collective,
-    num_cells: int,
-    max_steps: int,
-    step_cost: Callable[[AbstractState, Collective, int], float],
-    n: int,
-    max_pushes: int = 300_000,
-) -> list[tuple[float, tuple[tuple[Collective, int], ...]]] | None:
-    """The `n` cheapest programs within `max_steps`, cheapest (then shortest) first.
-
-    Uniform-cost search over partial programs: with non-negative step costs,
-    complete programs leave the queue in order of cost. Returns None when the
-    search would push more than `max_pushes` partial programs (the caller then
-    lets Z3 search instead).
-    """
-    start = start_state(collective, num_cells)
-    tie = itertools.count()
-    heap = [(0.0, 0, next(tie), start, ())]
-    out: list[tuple[float, tuple]] = []
-    pushes = 0
-    while heap and len(out) < n:
-        cost, depth, _, state, prog = heapq.heappop(heap)
-        if prog and is_goal(collective, state, num_cells):
-            out.append((cost, prog))
-        if depth == max_steps:
-            continue
-        for op, S, nxt in successors(state, num_cells):
-            pushes += 1
-            if pushes > max_pushes:
-                return None
-            c = cost + step_cost(state, op, S)
-            heapq.heappush(heap, (tie_key(c), depth + 1, next(tie), nxt, prog + ((op, S),)))
-    return [(c, p) for c, p in out]
 
 
 def tie_key(cost: float) -> float:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from p2synth_encodings.deadline import Deadline
 from hierarchies.placement import Matrix, Placement
-from solver.search import Solution, solve
+from solver.search import Memo, Proof, Solution, solve
 from hierarchies.program import NamedRequest
 from solver.spec import Problem
 
@@ -78,11 +78,13 @@ class SweepResult:
         return not self.unsolved and all(p.optimal for p in self.placements)
 
 
-def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | None, deadline: Deadline) -> PlacementResult:
-    """Solve every request of the workload on the placement `matrix`."""
+def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | None, deadline: Deadline,
+                   proof: Proof = Proof.CERTIFICATE, memo: Memo | None = None) -> PlacementResult:
+    """Solve every request of the workload on the placement `matrix` (`memo`: work shared with other placements)."""
     placement = problem.placement(matrix)
     return PlacementResult(placement, tuple(
-        RequestResult(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline, problem.spec.cost_model))
+        RequestResult(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline,
+                                   problem.spec.cost_model, proof, memo))
         for named in problem.requests
     ))
 

@@ -66,10 +66,11 @@ def is_complete(problem: Problem, plan: SweepResult) -> bool:
     return problem.placements_complete and plan.complete
 
 
-def result_json(problem: Problem, plan: SweepResult, max_steps: int) -> dict:
-    """The whole result; a single-request spec keeps the single-request format."""
+def result_json(problem: Problem, plan: SweepResult, max_steps: int, proof: str = "certificate") -> dict:
+    """The whole result; a single-request spec keeps the single-request format. `proof`: what backs "optimal"."""
     out = problem_header(problem)
     out["max_steps"] = max_steps
+    out["proof"] = str(proof)
     out["complete"] = is_complete(problem, plan)
     out["placement_count"] = problem.placement_count
     if not problem.is_workload:

@@ -22,10 +22,12 @@ from hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_a
 from hierarchies.plan_file import parse_plan_file
 from p2synth_encodings.deadline import Deadline
 from solver.exports import ExportFormat, export_placement
-from solver.planner import SweepResult, plan_placement, rank_plans
+from hierarchies.abstract import count_programs
+from solver.planner import SweepResult
 from solver.report import render_single, render_workload
 from solver.result import is_complete, result_json
-from solver.search import TooManyPrograms, VerificationError
+from solver.search import LIST_ALL_LIMIT, Proof, VerificationError
+from solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, sweep, under_mpi
 from solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
 EXIT_OK, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 4, 130
@@ -46,6 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
     p.add_argument("--export", choices=[f.value for f in ExportFormat], help="print a PyTorch or JAX module running the chosen placement's programs, instead of the table")
     p.add_argument("--placement", type=int, default=0, help="with --export: index of the placement in the ranked list (default 0, the best)")
+    p.add_argument("--jobs", type=int, default=default_jobs(), help="worker processes for the placements (default: this machine's cores; under mpirun the ranks share the work instead)")
+    p.add_argument("--proof", choices=[k.value for k in Proof], default=Proof.CERTIFICATE.value,
+                   help="what backs 'optimal': the checked certificate of the explicit search (default), or z3: Z3's own unsat over the whole sketch as well (much slower)")
+    p.add_argument("--no-reuse", action="store_true", help="solve every placement from scratch instead of sharing searches between placements with the same cost signature (same result, slower)")
     args = p.parse_args(argv)
     if not args.print_schema and not args.spec:
         raise UsageError("the following arguments are required: spec")
@@ -62,21 +68,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError(f"argument --timeout: must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f}")
     if args.max_placements < 1:
         raise UsageError("argument --max-placements: must be at least 1")
+    if args.jobs < 1:
+        raise UsageError("argument --jobs: must be at least 1")
     return args
 
 
-def sweep(problem: Problem, max_steps: int, top: int | None, deadline: Deadline, console: Console | None) -> SweepResult:
-    """Solve every request on every placement; placements ranked best first."""
-    plans, unsolved = [], []
+def run_sweep(problem: Problem, args: argparse.Namespace, deadline: Deadline, console: Console | None, comm=None) -> SweepResult | None:
+    """Solve every request on every placement (placements ranked best first); under MPI only rank 0 gets the result."""
+    max_steps = args.max_steps or problem.spec.max_steps
+    top = None if args.top == "all" else args.top
+    task = SweepTask(problem, max_steps, top, Proof(args.proof), not args.no_reuse, deadline.remaining())
     with _progress(console, len(problem.matrices)) as progress:
-        task = progress.add_task("placements", total=len(problem.matrices))
-        for matrix in problem.matrices:
-            if deadline.expired():
-                unsolved.append(matrix)
-            else:
-                plans.append(plan_placement(problem, matrix, max_steps, top, deadline))
-            progress.advance(task)
-    return rank_plans(plans, unsolved)
+        bar = progress.add_task("placements", total=len(problem.matrices))
+        advance = lambda n: progress.advance(bar, n)
+        if comm is not None:
+            return mpi_sweep(comm, task, deadline, advance)
+        return sweep(task, deadline, args.jobs, advance)
 
 
 def _progress(console: Console | None, total: int) -> Progress:
@@ -88,28 +95,50 @@ def _progress(console: Console | None, total: int) -> Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (an unexpected failure is one line and exit 1)."""
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    """Run the CLI; returns the exit code (an unexpected failure is one line and exit 1).
+
+    Under ``mpirun`` with several ranks the placements are split over the
+    ranks; rank 0 prints and writes, and every rank returns rank 0's code.
+    """
+    comm = _world() if under_mpi() else None
+    rank0 = comm is None or comm.Get_rank() == 0
+    err = Console(stderr=True, highlight=False, soft_wrap=True, quiet=not rank0)
     try:
-        return _main(argv, err)
+        code = _main(argv, err, comm)
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
         return EXIT_INTERRUPTED
     except Exception as e:  # a bug: one line unless P2SYNTH_DEBUG asks for the traceback
         if os.environ.get("P2SYNTH_DEBUG"):
             raise
-        err.print(f"internal error: {type(e).__name__}: {e} (set P2SYNTH_DEBUG=1 for a traceback)", markup=False)
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"internal error{_on_rank(comm)}: {type(e).__name__}: {e} (set P2SYNTH_DEBUG=1 for a traceback)", markup=False)
+        if comm is not None:
+            comm.Abort(EXIT_INTERNAL)  # the other ranks may be waiting on this one
         return EXIT_INTERNAL
+    return code if comm is None else comm.bcast(code, root=0)
 
 
-def _main(argv: list[str] | None, err: Console) -> int:
+def _world():
+    from mpi4py import MPI  # only under mpirun: importing it initialises MPI
+
+    return MPI.COMM_WORLD
+
+
+def _on_rank(comm) -> str:
+    return "" if comm is None else f" on rank {comm.Get_rank()}"
+
+
+def _main(argv: list[str] | None, err: Console, comm=None) -> int:
     try:
         args = parse_args(argv)
         if args.print_schema:
-            print(json.dumps(Spec.model_json_schema(), indent=2))
+            if comm is None or comm.Get_rank() == 0:
+                print(json.dumps(Spec.model_json_schema(), indent=2))
             return EXIT_OK
         deadline = Deadline(args.timeout)  # the budget starts before the placements are enumerated
         problem = load_problem(args.spec, deadline, args.max_placements)
+        _refuse_listing_too_many(problem, args)
     except UsageError as e:
         err.print(f"error: {e}", markup=False)
         return EXIT_USAGE
@@ -121,30 +150,45 @@ def _main(argv: list[str] | None, err: Console) -> int:
         err.print(f"error: argument --placement: {args.placement} is out of range; this spec has {problem.placement_count} placement(s), 0..{problem.placement_count - 1}", markup=False)
         return EXIT_USAGE
     max_steps = args.max_steps or problem.spec.max_steps
-    top = None if args.top == "all" else args.top
     out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     try:
-        result = sweep(problem, max_steps, top, deadline, None if args.quiet else err)
-    except TooManyPrograms as e:
-        err.print(f"error: --top all: {e} per placement is too many to list; use --top N or a smaller max_steps", markup=False)
-        return EXIT_USAGE
-    except VerificationError as e:
+        result = run_sweep(problem, args, deadline, None if args.quiet else err, comm)
+    except (VerificationError, RankFailed) as e:
         err.print(f"internal error: {e}", markup=False)
+        if comm is not None:
+            comm.Abort(EXIT_INTERNAL)
         return EXIT_INTERNAL
+    if result is None:  # an MPI rank other than 0: rank 0 reports
+        return EXIT_OK
     if args.export:
         if args.placement >= len(result.placements):
             err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
             return EXIT_TIMEOUT
         # the same code as `python -m solver.exports plan.json`, on the result document this run would write
-        print(export_placement(parse_plan_file(result_json(problem, result, max_steps)), args.placement, args.export), end="")
+        print(export_placement(parse_plan_file(result_json(problem, result, max_steps, args.proof)), args.placement, args.export), end="")
     elif not args.quiet:
         (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
     if args.out:
-        write_json_atomic(result_json(problem, result, max_steps), args.out)
+        write_json_atomic(result_json(problem, result, max_steps, args.proof), args.out)
     if not is_complete(problem, result):
         err.print(_timeout_line(args.timeout, problem, result), markup=False)
         return EXIT_TIMEOUT
     return EXIT_OK
+
+
+def _refuse_listing_too_many(problem: Problem, args: argparse.Namespace) -> None:
+    """--top all on a space too large to list: UsageError before anything is solved."""
+    if args.top != "all":
+        return
+    max_steps = args.max_steps or problem.spec.max_steps
+    for matrix in problem.matrices:
+        placement = problem.placement(matrix)
+        for named in problem.requests:
+            cells = len(named.request.reduced_cells(placement))
+            count = count_programs(named.request.collective, cells, max_steps) if cells else 1
+            if count > LIST_ALL_LIMIT:
+                raise UsageError(f"--top all: {count} programs within {max_steps} steps per placement is too many to list; "
+                                 "use --top N or a smaller max_steps")
 
 
 def _timeout_line(timeout: float, problem: Problem, result: SweepResult) -> str:

@@ -1,37 +1,65 @@
 """Search: for one request on one placement, the ranked programs with proof and check.
 
-Z3 (``p2synth_encodings.programs``) finds the programs; every one is decoded, checked
-by the concrete semantics (``hierarchies.verify``) and costed by the same cost model
-the encoding minimised. The exact number of valid programs comes from the
-abstract semantics (``hierarchies.abstract.count_programs``).
+What a search establishes depends on little of the placement, so it is done at
+the level it depends on and shared (a :class:`Memo` holds it across placements):
+
+* the program space (valid programs, their count, Z3's proof that the sketch's
+  steps are the state space's) depends only on the collective and the number of
+  reduced cells;
+* the ranking and its proof depend on the :class:`~solver.models.CostSignature`
+  (hierarchy, reduced cells' levels and factors, size, cost model): the explicit
+  search (``solver/explicit.py``) finds the cheapest programs and the cost-to-go
+  table that ``solver/certificate.py`` checks as the proof that nothing else is
+  cheaper; with ``Proof.Z3`` Z3 also proves it on its own (one unsat over the
+  whole sketch, as before the certificate existed; much slower);
+* the concrete check of a program (``hierarchies.verify``) depends on the
+  placement's miniature.
+
+A placement's :class:`Solution` is the same whether these were computed for it
+or borrowed from another placement (a test compares whole sweeps).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 
-from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.deadline import Deadline
-from p2synth_encodings.programs import ProgramSketch
-from hierarchies.placement import Placement
-from hierarchies.program import Program, Request, default_program, to_program
 from hierarchies.abstract import count_programs
-from solver.explicit import cheapest_programs, tie_key
-from solver.cost import CostModel, program_seconds, step_seconds
-from solver.models import CostModelKind, cost_model
+from hierarchies.placement import Placement
+from hierarchies.program import Program, RawProgram, Request, default_program, to_program
+from hierarchies.statespace import state_space, statuses
 from hierarchies.verify import verifier
+from p2synth_encodings.deadline import Deadline
+from p2synth_encodings.errors import SolverTimeout
+from p2synth_encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
+from solver import certificate
+from solver.cost import CostModel, program_seconds, raw_program_seconds
+from solver.explicit import cheapest_programs, cost_to_go, edge_costs, successors_by_state, tie_key
+from solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000
+# The explicit search holds every abstract state as arrays; beyond this many (radix ** cells) Z3 searches alone.
+EXPLICIT_MAX_STATES = 4 ** 9
 
 
 class VerificationError(Exception):
-    """An independent check disagreed (concrete checker, explicit search vs Z3): a bug, never a result."""
+    """An independent check disagreed (concrete checker, certificate, explicit search vs Z3): a bug, never a result."""
 
 
 class TooManyPrograms(Exception):
     """`--top all` on a space too large to list."""
+
+
+class Proof(str, Enum):
+    """What backs ``optimal``: the checked certificate (default), or also Z3's own unsat over the whole sketch."""
+
+    CERTIFICATE = "certificate"
+    Z3 = "z3"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -71,13 +99,27 @@ class Solution:
         return self.default.cost_s / best.cost_s
 
 
-def rank(program: Program, placement: Placement, request: Request, model: CostModel) -> Ranked:
-    """Check `program` concretely and cost it; VerificationError if the check fails."""
-    result = verifier(placement, request).check(program)
-    if not result.ok:
-        raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
-    steps = tuple(program_seconds(model, placement, request, program))
-    return Ranked(program, math.fsum(steps), steps, verified=True)
+@dataclass(frozen=True)
+class Ranking:
+    """What one cost signature establishes: the candidate programs with their costs, cheapest first.
+
+    For a top-N search the candidates are every program costing at most the
+    N-th cheapest (ties included, so each placement picks its top N by the
+    same order a fresh search would); for ``--top all``, every program.
+    """
+
+    candidates: tuple[tuple[RawProgram, float], ...]
+    count: int
+    optimal: bool
+    timed_out: bool
+
+
+@dataclass
+class Memo:
+    """Results shared across placements: rankings per cost signature, step times per (signature, program)."""
+
+    rankings: dict = field(default_factory=dict)
+    step_times: dict = field(default_factory=dict)
 
 
 def solve(
@@ -88,79 +130,134 @@ def solve(
     top: int | None = 5,
     deadline: Deadline | None = None,
     model_kind: CostModelKind = CostModelKind.ALPHA_BETA,
+    proof: Proof = Proof.CERTIFICATE,
+    memo: Memo | None = None,
 ) -> Solution:
     """Rank programs for `request` on `placement`: the `top` cheapest (None: all of them).
 
-    Programs are costed by the cost model `model_kind` (a solver.models.CostModelKind).
-    The first program is proved cheapest within `max_steps` unless the
-    deadline ran out (then ``timed_out`` is set and ``optimal`` is False).
+    Programs are costed by the cost model `model_kind`. The first program is
+    proved cheapest within `max_steps` (``optimal``) unless the deadline ran
+    out (then ``timed_out`` is set). `memo` shares work with other placements
+    (a fresh one when None).
     """
     deadline = deadline or Deadline(None)
+    memo = memo or Memo()
     model = cost_model(placement, request, message_bytes, model_kind)
+    signature = cost_signature(placement, request, message_bytes, model_kind)
     n_cells = len(request.reduced_cells(placement))
-    default = rank(default_program(placement, request), placement, request, model) if n_cells else Ranked(Program(()), 0.0, (), True)
     if n_cells == 0:  # nothing to reduce: the reduction group is a single device
-        return Solution(placement, request, message_bytes, default, (default,), 1, True)
-    count = count_programs(request.collective, n_cells, max_steps)
-    sketch = ProgramSketch(request.collective, n_cells, max_steps, model.step_time)
-    if top is None:
-        if count > LIST_ALL_LIMIT:
-            raise TooManyPrograms(f"{count} programs within {max_steps} steps")
-        raws, timed_out = _listed(sketch, deadline)
-        ranked = sorted((rank(to_program(r, placement, request), placement, request, model) for r in raws), key=_order)
-        if len(ranked) > count or (not timed_out and len(ranked) < count):
-            raise VerificationError(f"Z3 listed {len(ranked)} programs, the abstract count is {count}")
-        return Solution(placement, request, message_bytes, default, tuple(ranked), count, not timed_out, timed_out)
-    found, timed_out = _proved_top(sketch, request, n_cells, max_steps, top, model, deadline)
+        empty = Ranked(Program(()), 0.0, (), True)
+        return Solution(placement, request, message_bytes, empty, (empty,), 1, True)
+    default = _rank(default_program(placement, request), placement, request, model, signature, memo)
+    key = (signature, max_steps, top, proof)
+    if key not in memo.rankings:
+        memo.rankings[key] = _ranking(request, n_cells, max_steps, top, model, proof, deadline)
+    ranking = memo.rankings[key]
+    chosen = sorted(ranking.candidates, key=lambda c: (tie_key(c[1]), len(c[0]), to_program(c[0], placement, request)))
+    chosen = chosen if top is None else chosen[:top]
     ranked = []
-    for r in found:
-        item = rank(to_program(r.program, placement, request), placement, request, model)
-        if not math.isclose(item.cost_s, r.cost, rel_tol=1e-6, abs_tol=1e-15):
-            raise VerificationError(f"cost mismatch: Z3 {r.cost} vs model {item.cost_s} for {item.program.text(placement)}")
+    for raw, cost in chosen:
+        item = _rank(to_program(raw, placement, request), placement, request, model, signature, memo)
+        if not math.isclose(item.cost_s, cost, rel_tol=1e-9, abs_tol=1e-15):
+            raise VerificationError(f"cost mismatch: search {cost} vs model {item.cost_s} for {item.program.text(placement)}")
         ranked.append(item)
-    proved = bool(found) and found[0].proved
-    timed_out = timed_out or len(found) < min(top, count) or any(not r.proved for r in found)
-    return Solution(placement, request, message_bytes, default, tuple(sorted(ranked, key=_order)), count, proved, timed_out)
+    return Solution(placement, request, message_bytes, default, tuple(ranked), ranking.count, ranking.optimal,
+                    ranking.timed_out)
 
 
-def _listed(sketch: ProgramSketch, deadline: Deadline) -> tuple[list, bool]:
-    """Every program of `sketch`, or those listed before the deadline ran out (then True)."""
+def _rank(program: Program, placement: Placement, request: Request, model: CostModel, signature: CostSignature,
+          memo: Memo) -> Ranked:
+    """Check `program` concretely and cost it (step times shared per signature); VerificationError if the check fails."""
+    result = verifier(placement, request).check(program)
+    if not result.ok:
+        raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
+    key = (signature, _raw(program, placement, request))
+    if key not in memo.step_times:
+        memo.step_times[key] = tuple(program_seconds(model, placement, request, program))
+    steps = memo.step_times[key]
+    return Ranked(program, math.fsum(steps), steps, verified=True)
+
+
+def _raw(program: Program, placement: Placement, request: Request) -> RawProgram:
+    cells = request.reduced_cells(placement)
+    return tuple((s.op, sum(1 << cells.index(c) for c in s.slice)) for s in program.steps)
+
+
+def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, model: CostModel, proof: Proof,
+             deadline: Deadline) -> Ranking:
+    """Search one cost signature (`model` is the cost model of any placement that has it)."""
+    collective = request.collective
+    count = count_programs(collective, n_cells, max_steps)
+    try:
+        prove_step_semantics(collective, n_cells)
+    except SemanticsMismatch as e:
+        raise VerificationError(str(e)) from None
+    if top is None:
+        return _listed(collective, n_cells, max_steps, count, model, deadline)
+    space = state_space(collective, n_cells) if state_space_fits(collective, n_cells) else None
+    if space is None:
+        return _z3_alone(collective, n_cells, max_steps, top, count, model, deadline)
+    try:
+        costs = edge_costs(space, model, deadline)
+        h = cost_to_go(costs, max_steps, deadline)
+        rows = successors_by_state(costs)
+        found = cheapest_programs(costs, h, top, deadline, rows)
+        try:
+            certificate.check(costs, h, [p for _, p in found], top, rows)
+        except certificate.CertificateError as e:
+            raise VerificationError(f"the explicit search's certificate does not hold: {e}") from None
+    except SolverTimeout:
+        return Ranking((), count, False, True)
+    proved = True
+    if proof is Proof.Z3:
+        proved = _z3_agrees(collective, n_cells, max_steps, model, found, deadline)
+    return Ranking(tuple((p, c) for c, p in found), count, proved and bool(found), not proved)
+
+
+def state_space_fits(collective, n_cells: int) -> bool:
+    """Whether the explicit search can hold this request's abstract state space."""
+    return len(statuses(collective)) ** n_cells <= EXPLICIT_MAX_STATES
+
+
+def _z3_agrees(collective, n_cells: int, max_steps: int, model: CostModel, found, deadline: Deadline) -> bool:
+    """Z3's own proof of the same list (True), or False when the deadline ran out first; VerificationError on a disagreement."""
+    sketch = ProgramSketch(collective, n_cells, max_steps, model.step_time)
+    try:
+        ranked, proved = sketch.prove_top([p for _, p in found], deadline)
+    except ValueError as e:
+        raise VerificationError(f"the explicit search and Z3 disagree: {e}") from None
+    for r, (cost, _) in zip(ranked, found):
+        if not math.isclose(r.cost, cost, rel_tol=1e-6, abs_tol=1e-15):
+            raise VerificationError(f"cost mismatch: Z3 {r.cost} vs search {cost}")
+    return proved
+
+
+def _z3_alone(collective, n_cells: int, max_steps: int, top: int, count: int, model: CostModel,
+              deadline: Deadline) -> Ranking:
+    """Too many states for the explicit search: Z3 finds and proves the top programs by iterative tightening."""
+    sketch = ProgramSketch(collective, n_cells, max_steps, model.step_time)
+    try:
+        found = sketch.top(top, deadline)
+    except SolverTimeout:
+        return Ranking((), count, False, True)
+    proved = bool(found) and all(r.proved for r in found)
+    timed_out = len(found) < min(top, count) or not proved
+    return Ranking(tuple((r.program, r.cost) for r in found), count, proved, timed_out)
+
+
+def _listed(collective, n_cells: int, max_steps: int, count: int, model: CostModel, deadline: Deadline) -> Ranking:
+    """`--top all`: every program, listed by Z3 (blocking clauses) and costed by the model."""
+    if count > LIST_ALL_LIMIT:
+        raise TooManyPrograms(f"{count} programs within {max_steps} steps")
+    sketch = ProgramSketch(collective, n_cells, max_steps)
     raws: list = []
+    timed_out = False
     try:
         for raw in sketch.enumerate(deadline):
             raws.append(raw)
     except SolverTimeout:
-        return raws, True
-    return raws, False
-
-
-def _proved_top(sketch: ProgramSketch, request: Request, n_cells: int, max_steps: int, top: int,
-                model: CostModel, deadline: Deadline) -> tuple[list, bool]:
-    """The `top` cheapest programs, each proved by Z3.
-
-    The explicit uniform-cost search over the abstract semantics proposes
-    them (fast while the space is moderate) and Z3 checks each and proves
-    that nothing else is cheaper; two independent implementations must
-    agree. Where the explicit search would be too large, Z3 searches alone
-    by iterative tightening.
-    """
-    def step_cost(s, op, S):  # the explicit search stops with the budget too
-        if deadline.expired():
-            raise SolverTimeout("explicit search")
-        return step_seconds(model, s, op, S, n_cells)
-
-    try:
-        proposed = cheapest_programs(request.collective, n_cells, max_steps, step_cost, top)
-        if proposed is None:
-            return sketch.top(top, deadline), False
-        try:
-            ranked, proved = sketch.prove_top([p for _, p in proposed], deadline)
-        except ValueError as e:
-            raise VerificationError(f"the explicit search and Z3 disagree: {e}") from None
-        return ranked, not proved
-    except SolverTimeout:
-        return [], True
-
-
-def _order(r: Ranked) -> tuple:
-    return (tie_key(r.cost_s), len(r.program), r.program)
+        timed_out = True
+    if len(raws) > count or (not timed_out and len(raws) < count):
+        raise VerificationError(f"Z3 listed {len(raws)} programs, the abstract count is {count}")
+    return Ranking(tuple((raw, math.fsum(raw_program_seconds(model, collective, n_cells, raw))) for raw in raws),
+                   count, not timed_out, timed_out)

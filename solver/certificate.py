@@ -1,0 +1,134 @@
+"""Check the certificate that the listed programs are the cheapest: code apart from the search that produced it.
+
+The claim: within ``K`` steps, every valid program not in the list ``L`` costs
+at least ``c`` (the dearest listed cost; infinity when ``L`` holds fewer
+programs than were asked for, i.e. claims to hold all of them), up to the
+relative tolerance TOLERANCE. The certificate is a table ``h[r][s]``, claimed
+lower bounds on the cost of completing a program from state ``s`` in at most
+``r`` more steps. It is checked, never trusted:
+
+1. **Bellman inequalities**, for every state ``s`` and ``r = 0..K``:
+   ``h[r][s] <= 0`` where ``s`` is a goal (a program may stop there), and
+   ``h[r][s] <= w(s, e) + h[r-1][s']`` for every step ``e`` valid in ``s``
+   (``s'`` its target). By induction on ``r`` every completion from ``s`` in
+   ``r`` steps then costs at least ``h[r][s]``.
+2. **The trie of** ``L``: for every prefix ``q`` of a listed program (state
+   ``s``, ``d`` steps, cost so far ``g``), every valid step ``e`` that no listed
+   program takes after ``q`` satisfies ``g + w(s, e) + h[K-d-1][s'] >= c``; and
+   where ``s`` is a goal but ``q`` itself is not listed, ``g >= c``.
+
+A valid program ``P`` not in ``L`` leaves the trie somewhere: after its longest
+prefix ``q`` in the trie it either stops (2, second part) or takes a step no
+listed program takes there (2, with 1 bounding the rest). So ``cost(P) >= c``.
+The steps "valid in s" are the state space's (``hierarchies/statespace.py``),
+which a Z3 proof shows to be exactly the sketch's
+(``p2synth_encodings.programs.prove_step_semantics``), and the step costs are the
+cost model's, evaluated by ``solver.explicit.edge_costs``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from hierarchies.program import RawProgram
+from hierarchies.statespace import StateSpace
+from solver.explicit import EdgeCosts, Successors, successors_by_state
+
+TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
+_SLACK = 1e-12    # float rounding between the table and the sums it bounds
+
+
+class CertificateError(Exception):
+    """The certificate does not prove the claim; the message names the first failed inequality."""
+
+
+def check(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], asked: int | None,
+          rows: Successors | None = None) -> list[float]:
+    """Check that `listed` holds the cheapest programs (all of them when fewer than `asked`); their costs.
+
+    Raises CertificateError naming what fails. Returns each listed program's
+    cost, recomputed from the step costs. `rows`: the state space's steps by
+    state, if the caller has them.
+    """
+    _check_bellman(costs, h)
+    costs_of = []
+    for p in listed:
+        state, cost = _walk(costs, p)
+        if not p or not costs.space.goal[state]:
+            raise CertificateError(f"listed program {p} does not reach the goal")
+        costs_of.append(cost)
+    threshold = max(costs_of) if listed and (asked is None or len(listed) >= asked) else math.inf
+    _check_trie(costs, h, listed, threshold, rows or successors_by_state(costs))
+    return costs_of
+
+
+def _check_bellman(costs: EdgeCosts, h: np.ndarray) -> None:
+    space = costs.space
+    if h.ndim != 2 or h.shape[0] < 1 or h.shape[1] != space.size:
+        raise CertificateError(f"the table has shape {h.shape}, not (steps + 1, {space.size})")
+    if np.isnan(h).any():
+        raise CertificateError("the table holds NaN")
+    for r in range(h.shape[0]):
+        if (h[r][space.goal] > 0).any():
+            raise CertificateError(f"a goal state has a positive bound with {r} steps left")
+        if r == 0:
+            continue
+        for step, w in zip(space.steps, costs.weights):
+            bound = w + h[r - 1][step.targets]
+            bad = h[r][step.sources] > bound + _SLACK * np.abs(bound)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise CertificateError(f"Bellman inequality fails in state {int(step.sources[i])} with {r} steps left, "
+                                       f"step {step.op.short}/{step.mask:b}")
+
+
+def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
+    """The state a program (or prefix) ends in and its cost; CertificateError if a step is not valid where taken."""
+    space = costs.space
+    state, total = space.start, 0.0
+    for op, mask in program:
+        j = _step_index(space).get((op, mask))
+        step = None if j is None else space.steps[j]
+        i = -1 if step is None else int(np.searchsorted(step.sources, state))
+        if step is None or i >= step.sources.size or step.sources[i] != state:
+            raise CertificateError(f"listed program {program} takes a step that is not valid")
+        total += float(costs.weights[j][i])
+        state += step.offset
+    return state, total
+
+
+@lru_cache(maxsize=64)
+def _step_index(space: StateSpace) -> dict[tuple, int]:
+    """Step (op, mask) -> its index in space.steps."""
+    return {(s.op, s.mask): j for j, s in enumerate(space.steps)}
+
+
+def _check_trie(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], threshold: float, rows: Successors) -> None:
+    space = costs.space
+    K = h.shape[0] - 1
+    floor = threshold * (1 - TOLERANCE)
+    children: dict[RawProgram, set[tuple]] = {}
+    for p in listed:
+        if len(p) > K:
+            raise CertificateError(f"listed program {p} has more than {K} steps")
+        for d in range(len(p)):
+            children.setdefault(p[:d], set()).add(p[d])
+        children.setdefault(p, set())
+    listed_set = set(map(tuple, listed))
+    for prefix, taken in children.items():
+        state, g = _walk(costs, prefix)
+        if prefix and space.goal[state] and prefix not in listed_set and not g >= floor:
+            raise CertificateError(f"prefix {prefix} is a program cheaper than the list's last but is not listed")
+        if len(prefix) == K:
+            continue
+        lo, hi = rows.offsets[state], rows.offsets[state + 1]
+        bound = g + rows.weight[lo:hi] + h[K - len(prefix) - 1][rows.target[lo:hi]]
+        for i in np.flatnonzero(~(bound >= floor)).tolist():
+            step = space.steps[int(rows.step[lo + i])]
+            if (step.op, step.mask) not in taken:
+                raise CertificateError(f"after {prefix}, step {step.op.short}/{step.mask:b} may lead to a program "
+                                       f"cheaper than the list's last ({bound[i]:.6g} < {threshold:.6g})")

@@ -1,0 +1,211 @@
+"""Sweeps: every request of a problem on every placement, with shared work, over processes or MPI ranks.
+
+Placements whose requests have the same cost signatures (``solver.models``)
+form a *group*: one search and one proof serve the whole group (a
+:class:`~solver.search.Memo`). Groups are independent, so a sweep spreads them:
+
+* one process (``jobs=1``), in placement order;
+* ``jobs > 1`` worker processes on this machine (``concurrent.futures``);
+* the ranks of an MPI job (``mpirun -n R python -m solver.run ...``): a fixed
+  assignment of groups to ranks, balanced by estimated work; every rank sends
+  each group's results to rank 0 as it finishes them, rank 0 shows the progress
+  and writes the result.
+
+Whichever way, each placement's result is what a fresh solve of it gives, so
+the result JSON is the same byte for byte (tests compare them).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from hierarchies.statespace import statuses
+from p2synth_encodings.deadline import Deadline
+from solver.models import cost_signature
+from solver.planner import PlacementResult, SweepResult, plan_placement, rank_plans
+from solver.search import Memo, Proof
+from solver.spec import Problem
+
+Progress = Callable[[int], None]  # called with the number of placements just finished
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    """Everything a worker needs to solve groups of placements (picklable)."""
+
+    problem: Problem
+    max_steps: int
+    top: int | None
+    proof: Proof
+    reuse: bool
+    budget_s: float | None  # seconds left when the sweep started (None: no limit)
+
+
+def groups(problem: Problem) -> list[list[int]]:
+    """Indices into ``problem.matrices`` grouped by the cost signatures of their requests, in order of first appearance."""
+    out: dict[tuple, list[int]] = {}
+    for i, matrix in enumerate(problem.matrices):
+        placement = problem.placement(matrix)
+        key = tuple(cost_signature(placement, r.request, r.message_bytes, problem.spec.cost_model) for r in problem.requests)
+        out.setdefault(key, []).append(i)
+    return list(out.values())
+
+
+def work(problem: Problem, group: list[int]) -> float:
+    """Estimated cost of solving a group: its abstract state space sizes (once, shared) plus a little per placement."""
+    placement = problem.placement(problem.matrices[group[0]])
+    states = sum(len(statuses(r.request.collective)) ** len(r.request.reduced_cells(placement)) for r in problem.requests)
+    return states + 50.0 * len(group)
+
+
+def solve_groups(task: SweepTask, chosen: list[list[int]], deadline: Deadline | None = None,
+                 progress: Progress | None = None) -> dict[int, PlacementResult | None]:
+    """Solve the placements of `chosen` groups; index -> result (None: the budget ran out before it was reached)."""
+    deadline = deadline or Deadline(task.budget_s)
+    out: dict[int, PlacementResult | None] = {}
+    for group in chosen:
+        memo = Memo()
+        for i in group:
+            if deadline.expired():
+                out[i] = None
+            else:
+                out[i] = plan_placement(task.problem, task.problem.matrices[i], task.max_steps, task.top, deadline,
+                                        task.proof, memo if task.reuse else Memo())
+        if progress:
+            progress(len(group))
+    return out
+
+
+def assemble(problem: Problem, results: dict[int, PlacementResult | None]) -> SweepResult:
+    """The ranked sweep from every placement's result (missing or None: not reached within the budget)."""
+    plans = [results[i] for i in range(len(problem.matrices)) if results.get(i) is not None]
+    unsolved = [m for i, m in enumerate(problem.matrices) if results.get(i) is None]
+    return rank_plans(plans, unsolved)
+
+
+def sweep(task: SweepTask, deadline: Deadline, jobs: int = 1, progress: Progress | None = None) -> SweepResult:
+    """Solve every placement of the task's problem in this process or `jobs` worker processes."""
+    chosen = groups(task.problem)
+    if jobs <= 1 or len(chosen) < 2 or len(task.problem.matrices) < MIN_PARALLEL_PLACEMENTS:
+        return assemble(task.problem, solve_groups(task, chosen, deadline, progress))
+    task = SweepTask(task.problem, task.max_steps, task.top, task.proof, task.reuse, deadline.remaining())
+    results: dict[int, PlacementResult | None] = {}
+    # spawn: fresh interpreters, so no Z3 or numpy state of this process is shared through fork
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_init_worker, initargs=(task,)) as pool:
+        futures = {pool.submit(_solve_in_worker, g): g for g in sorted(chosen, key=lambda g: -work(task.problem, g))}
+        for future in as_completed(futures):
+            results.update(future.result())
+            if progress:
+                progress(len(futures[future]))
+    return assemble(task.problem, results)
+
+
+MIN_PARALLEL_PLACEMENTS = 8  # smaller sweeps run in one process: starting workers would cost more than it saves
+
+_TASK: SweepTask | None = None
+
+
+def _init_worker(task: SweepTask) -> None:
+    global _TASK
+    _TASK = task
+
+
+def _solve_in_worker(group: list[int]) -> dict[int, PlacementResult | None]:
+    assert _TASK is not None
+    return solve_groups(_TASK, [group])
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def assignment(problem: Problem, chosen: list[list[int]], ranks: int) -> list[list[list[int]]]:
+    """Groups per rank: the largest first, each to the rank with the least work so far (ties: lowest rank)."""
+    load = [0.0] * ranks
+    out: list[list[list[int]]] = [[] for _ in range(ranks)]
+    for g in sorted(chosen, key=lambda g: (-work(problem, g), g[0])):
+        r = min(range(ranks), key=lambda k: (load[k], k))
+        out[r].append(g)
+        load[r] += work(problem, g)
+    return out
+
+
+def under_mpi() -> bool:
+    """Whether this process is one of several ranks started by mpirun/mpiexec (Open MPI, MPICH, Intel MPI, PMIx)."""
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
+        value = os.environ.get(var)
+        if value and value.isdigit() and int(value) > 1:
+            return True
+    return False
+
+
+_RESULT, _DONE, _ERROR = 11, 12, 13  # message tags to rank 0
+
+
+def mpi_sweep(comm, task: SweepTask, deadline: Deadline, progress: Progress | None = None) -> SweepResult | None:
+    """The sweep split over the ranks of `comm`: rank 0 returns the whole result, the others None.
+
+    A rank whose work raises sends rank 0 the error, and rank 0 raises
+    :class:`RankFailed` with it (the caller ends the job).
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = assignment(task.problem, groups(task.problem), size)[rank]
+    if rank != 0:
+        try:
+            _injected_failure(rank)
+            for g in mine:
+                comm.send(solve_groups(task, [g], deadline), dest=0, tag=_RESULT)
+        except Exception as e:  # noqa: BLE001 - everything a rank can fail with goes to rank 0
+            comm.send(f"{type(e).__name__}: {e}", dest=0, tag=_ERROR)
+            return None
+        comm.send(None, dest=0, tag=_DONE)
+        return None
+    results: dict[int, PlacementResult | None] = {}
+    waiting = set(range(1, size))
+    _injected_failure(rank)
+    for g in mine:
+        results.update(solve_groups(task, [g], deadline, progress))
+        _drain(comm, results, waiting, progress, block=False)
+    while waiting:
+        _drain(comm, results, waiting, progress, block=True)
+    return assemble(task.problem, results)
+
+
+FAIL_ON_RANK = "P2SYNTH_FAIL_ON_RANK"  # test hook: the rank with this number raises before it solves anything
+
+
+def _injected_failure(rank: int) -> None:
+    if os.environ.get(FAIL_ON_RANK) == str(rank):
+        raise RuntimeError(f"failure injected by {FAIL_ON_RANK}={rank}")
+
+
+class RankFailed(Exception):
+    """A rank of an MPI sweep failed; the message names it and its error."""
+
+
+def _drain(comm, results: dict, waiting: set[int], progress: Progress | None, block: bool) -> None:
+    """Receive what the other ranks have sent (at least one message when `block`)."""
+    from mpi4py import MPI
+
+    status = MPI.Status()
+    while waiting and (block or comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)):
+        message = comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+        block = False
+        source, tag = status.Get_source(), status.Get_tag()
+        if tag == _ERROR:
+            raise RankFailed(f"rank {source}: {message}")
+        if tag == _DONE:
+            waiting.discard(source)
+        else:
+            results.update(message)
+            if progress:
+                progress(len(message))
