@@ -21,7 +21,7 @@ import z3
 
 from p2synth_encodings.deadline import Deadline
 from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.z3algebra import Z3Algebra
+from p2synth_encodings.z3algebra import Z3Algebra, _real
 from hierarchies.program import Collective, RawProgram
 from hierarchies.statespace import STATUS_BITS, Status, goal_statuses, moves, statuses
 
@@ -31,12 +31,24 @@ StepCost = Callable[[Z3Algebra, Any, Sequence[Any], Sequence[Any], Sequence[Any]
 
 @dataclass(frozen=True)
 class SketchProgram:
-    """A program found by the optimiser, its cost under the model, and whether it is proved cheapest."""
+    """A program found by the optimiser (run on `pieces` pieces), its cost under the model, and whether it is proved cheapest."""
 
     program: RawProgram
     cost: float
     proved: bool
     exact: Any = field(default=None, compare=False, repr=False)  # the cost as Z3's exact rational
+    pieces: int = 1
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """How a sketch costs programs run on `pieces` pieces: the model's step time and per-level traffic on one
+    piece, and `combine(alg, stages, traffic, pieces)`, the pipeline's time (``solver.cost.pipelined_seconds``)."""
+
+    pieces: int
+    step_cost: StepCost
+    traffic: Callable[..., Sequence[Any]]
+    combine: Callable[..., Any]
 
 
 def boundary_values(collective: Collective) -> tuple[tuple, tuple]:
@@ -96,7 +108,8 @@ class ProgramSketch:
     program's cost as a Z3 Real term.
     """
 
-    def __init__(self, collective: Collective, num_cells: int, max_steps: int, step_cost: StepCost | None = None):
+    def __init__(self, collective: Collective, num_cells: int, max_steps: int, step_cost: StepCost | None = None,
+                 pipelines: Sequence[Pipeline] = ()):
         if num_cells < 1 or max_steps < 1:
             raise ValueError("a sketch needs at least one reduced cell and one step")
         self.collective = collective
@@ -115,10 +128,19 @@ class ProgramSketch:
         self.exchange = collective is Collective.ALL_TO_ALL
         self.P = [[z3.Bool(f"to_exchange{i}_{c}") for c in cells] for i in range(max_steps + 1)] if self.exchange else None
         self._encode()
+        # piece counts: one Boolean each (exactly one true); a pipeline needs two or more steps
+        self.pieces = {1: z3.Bool("pieces_1"), **{p.pieces: z3.Bool(f"pieces_{p.pieces}") for p in pipelines}}
+        self.solver.add(z3.PbEq([(b, 1) for b in self.pieces.values()], 1))
+        for count, b in self.pieces.items():
+            if count > 1:
+                self.solver.add(z3.Implies(b, self.used[1] if max_steps > 1 else z3.BoolVal(False)))
         self.total = None
         if step_cost is not None:
             self.total = z3.Real("total_cost")
-            self.solver.add(self.total == self._cost(step_cost))
+            total = self._cost(step_cost)
+            for p in pipelines:
+                total = z3.If(self.pieces[p.pieces], self._pipelined_cost(p), total)
+            self.solver.add(self.total == total)
 
     # -- constraints -------------------------------------------------------
     def _encode(self) -> None:
@@ -150,6 +172,17 @@ class ProgramSketch:
             terms.append(z3.If(self.used[i], t, z3.RealVal(0)))
         return z3.Sum(terms)
 
+    def _pipelined_cost(self, pipeline: Pipeline) -> z3.ArithRef:
+        """The time of the sketch's program run on ``pipeline.pieces`` pieces (unused slots: no stage, no traffic)."""
+        zero = z3.RealVal(0)
+        stages, traffic = [], []
+        for i in range(self.K):
+            alg = Z3Algebra(self.ops[i])
+            stages.append(z3.If(self.used[i], _real(pipeline.step_cost(alg, None, self.slices[i], self.Y[i], self.Z[i])), zero))
+            loads = pipeline.traffic(alg, None, self.slices[i], self.Y[i], self.Z[i])
+            traffic.append([z3.If(self.used[i], _real(x), zero) for x in loads])
+        return _real(pipeline.combine(Z3Algebra({}), stages, traffic, pipeline.pieces))
+
     # -- decoding and search ----------------------------------------------
     def decode(self, model: z3.ModelRef) -> RawProgram:
         """The program of a model, as (collective, slice mask) pairs."""
@@ -162,9 +195,13 @@ class ProgramSketch:
             out.append((op, mask))
         return tuple(out)
 
-    def _is(self, program: RawProgram) -> z3.BoolRef:
-        """The constraint "the sketch holds exactly `program`"."""
-        eqs = []
+    def decode_pieces(self, model: z3.ModelRef) -> int:
+        """The piece count of a model."""
+        return next(p for p, b in self.pieces.items() if z3.is_true(model.eval(b, model_completion=True)))
+
+    def _is(self, program: RawProgram, pieces: int | None = None) -> z3.BoolRef:
+        """The constraint "the sketch holds exactly `program`" (run on `pieces` pieces, if given)."""
+        eqs = [] if pieces is None else [self.pieces[pieces]]
         for i in range(self.K):
             if i < len(program):
                 op, mask = program[i]
@@ -195,13 +232,14 @@ class ProgramSketch:
             self.solver.pop()
 
     def cheapest(self, deadline: Deadline | None = None, exclude: Sequence[RawProgram] = ()) -> SketchProgram | None:
-        """The cheapest program not in `exclude`, proved by iterative tightening.
+        """The cheapest program (at its cheapest piece count) not in `exclude`, proved by iterative tightening.
 
         Finds a model, then asks for one strictly cheaper until Z3 answers
         unsat: the last cost is then optimal within the bound, and among the
         programs of that cost the one with the fewest steps is returned. On
         timeout the best so far is returned with ``proved=False``; None if
-        there is no program at all.
+        there is no program at all. An excluded program is excluded at every
+        piece count.
         """
         if self.total is None:
             raise ValueError("this sketch was built without a cost model")
@@ -213,13 +251,14 @@ class ProgramSketch:
             best = self._tighten(deadline)
             if best is None or not best.proved:
                 return best
-            return SketchProgram(self._shortest_at(best, deadline), best.cost, proved=True)
+            program, pieces = self._shortest_at(best, deadline)
+            return SketchProgram(program, best.cost, True, pieces=pieces)
         finally:
             self.solver.pop()
 
     def _tighten(self, deadline: Deadline) -> SketchProgram | None:
         """Iterative tightening inside its own solver frame."""
-        best: tuple[RawProgram, z3.ArithRef] | None = None
+        best: tuple[RawProgram, z3.ArithRef, int] | None = None
         self.solver.push()  # frame for the "strictly cheaper" bounds
         try:
             while True:
@@ -228,18 +267,18 @@ class ProgramSketch:
                 except SolverTimeout:
                     if best is None:
                         raise
-                    return SketchProgram(best[0], _as_float(best[1]), proved=False)
+                    return SketchProgram(best[0], _as_float(best[1]), False, pieces=best[2])
                 if result == z3.unsat:
-                    return None if best is None else SketchProgram(best[0], _as_float(best[1]), proved=True, exact=best[1])
+                    return None if best is None else SketchProgram(best[0], _as_float(best[1]), True, best[1], best[2])
                 model = self.solver.model()
                 cost = model.eval(self.total, model_completion=True)
-                best = (self.decode(model), cost)
+                best = (self.decode(model), cost, self.decode_pieces(model))
                 self.solver.add(self.total < cost)
         finally:
             self.solver.pop()
 
-    def _shortest_at(self, best: SketchProgram, deadline: Deadline) -> RawProgram:
-        """Among programs exactly as cheap as the proved optimum `best`, one with the fewest steps.
+    def _shortest_at(self, best: SketchProgram, deadline: Deadline) -> tuple[RawProgram, int]:
+        """Among programs exactly as cheap as the proved optimum `best`, one with the fewest steps (and its pieces).
 
         Ties are common (a ring reduce-scatter + all-gather costs what an
         all-reduce costs); users prefer the simpler program.
@@ -249,54 +288,67 @@ class ProgramSketch:
             try:
                 self.solver.add(self.total <= best.exact, z3.Not(self.used[length]))
                 if deadline.check(self.solver, "tie-break") == z3.sat:
-                    return self.decode(self.solver.model())
+                    model = self.solver.model()
+                    return self.decode(model), self.decode_pieces(model)
             except SolverTimeout:
-                return best.program
+                return best.program, best.pieces
             finally:
                 self.solver.pop()
-        return best.program
+        return best.program, best.pieces
 
-    def prove_top(self, listed: Sequence[RawProgram], deadline: Deadline | None = None) -> tuple[list[SketchProgram], bool]:
+    def prove_top(self, listed: Sequence[RawProgram | tuple[RawProgram, int]], deadline: Deadline | None = None
+                  ) -> tuple[list[SketchProgram], bool]:
         """Check programs proposed by another search, and prove no other program is cheaper than the last.
 
-        Each listed program must be a model of the sketch; its cost is Z3's
-        exact evaluation. Then "not one of these, and strictly cheaper than
-        the last" must be unsat: that proves the list holds the cheapest
-        programs (up to ties with the last). Returns the ranked list and
-        whether the proof went through (False on timeout); ValueError if a
-        listed program is not a model or a cheaper one exists.
+        Each listed program (optionally with its piece count) must be a model
+        of the sketch; its cost is Z3's exact evaluation. Then "not one of these
+        programs (at any piece count), and strictly cheaper than the last" must
+        be unsat: that proves the list holds the cheapest programs (up to ties
+        with the last). With piece counts, "this program, strictly cheaper" must
+        be unsat for each too: its piece count is its cheapest. Returns the
+        ranked list and whether the proofs went through (False on timeout);
+        ValueError if a listed program is not a model or a cheaper one exists.
         """
         if self.total is None:
             raise ValueError("this sketch was built without a cost model")
         deadline = deadline or Deadline(None)
+        entries = [(e, 1) if not e or not isinstance(e[-1], int) else e for e in listed]
         ranked = []
-        for program in listed:
+        for program, pieces in entries:
             self.solver.push()
             try:
-                self.solver.add(self._is(program))
+                self.solver.add(self._is(program, pieces))
                 if deadline.check(self.solver, "program check") != z3.sat:
-                    raise ValueError(f"proposed program {program} is not a model of the sketch")
+                    raise ValueError(f"proposed program {program} on {pieces} piece(s) is not a model of the sketch")
                 exact = self.solver.model().eval(self.total, model_completion=True)
             finally:
                 self.solver.pop()
-            ranked.append(SketchProgram(program, _as_float(exact), proved=False, exact=exact))
+            ranked.append(SketchProgram(program, _as_float(exact), proved=False, exact=exact, pieces=pieces))
         if not ranked:
             return ranked, False
+        try:
+            for r in ranked if len(self.pieces) > 1 else ():
+                if self._cheaper_exists([self._is(r.program)], r.exact, deadline):
+                    raise ValueError(f"program {r.program} is cheaper on another piece count than {r.pieces}")
+            # costs come from floats: ties within a relative TIE_TOLERANCE are ties, not counter-examples
+            last = max((r.exact for r in ranked), key=_as_float)
+            witness = self._cheaper_exists([z3.Not(self._is(r.program)) for r in ranked], last, deadline)
+        except SolverTimeout:
+            return ranked, False
+        if witness is not None:
+            raise ValueError(f"a cheaper program exists than those proposed: {witness}")
+        return [SketchProgram(r.program, r.cost, True, r.exact, r.pieces) for r in ranked], True
+
+    def _cheaper_exists(self, constraints: list, than: Any, deadline: Deadline) -> RawProgram | None:
+        """A program meeting `constraints` costing less than `than` (up to TIE_TOLERANCE), or None (unsat)."""
         self.solver.push()
         try:
-            for program in listed:
-                self.block(program)
-            # costs come from floats: ties within a relative TIE_TOLERANCE are ties, not counter-examples
-            self.solver.add(self.total < max((r.exact for r in ranked), key=_as_float) * (1 - TIE_TOLERANCE))
-            try:
-                result = deadline.check(self.solver, "optimality proof")
-            except SolverTimeout:
-                return ranked, False
-            if result == z3.sat:
-                raise ValueError(f"a cheaper program exists than those proposed: {self.decode(self.solver.model())}")
+            self.solver.add(*constraints, self.total < than * (1 - TIE_TOLERANCE))
+            if deadline.check(self.solver, "optimality proof") == z3.sat:
+                return self.decode(self.solver.model())
+            return None
         finally:
             self.solver.pop()
-        return [SketchProgram(r.program, r.cost, True, r.exact) for r in ranked], True
 
     def top(self, n: int, deadline: Deadline | None = None) -> list[SketchProgram]:
         """The `n` cheapest programs, best first, each proved cheapest among those not yet listed."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from hierarchies.program import RawProgram
 from hierarchies.statespace import StateSpace
+from solver.cost import PY, pipeline_period, pipelined_seconds
 from solver.explicit import EdgeCosts, Successors, successors_by_state
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
@@ -132,3 +133,77 @@ def _check_trie(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], t
             if (step.op, step.mask) not in taken:
                 raise CertificateError(f"after {prefix}, step {step.op.short}/{step.mask:b} may lead to a program "
                                        f"cheaper than the list's last ({bound[i]:.6g} < {threshold:.6g})")
+
+
+def check_bottleneck(costs: EdgeCosts, b: np.ndarray) -> None:
+    """``b[r][s]`` bounds from below the slowest step of every completion from `s` in `r` steps: ``b <= 0`` at a
+    goal and ``b[r][s] <= max(w, b[r-1][s'])`` for every step; CertificateError otherwise."""
+    space = costs.space
+    if b.ndim != 2 or b.shape[1] != space.size or np.isnan(b).any():
+        raise CertificateError("the bottleneck table has the wrong shape or holds NaN")
+    for r in range(b.shape[0]):
+        if (b[r][space.goal] > 0).any():
+            raise CertificateError(f"a goal state has a positive bottleneck bound with {r} steps left")
+        if r == 0:
+            continue
+        for step, w in zip(space.steps, costs.weights):
+            if (b[r][step.sources] > np.maximum(w, b[r - 1][step.targets])).any():
+                raise CertificateError(f"bottleneck inequality fails with {r} steps left, step {step.op.short}/{step.mask:b}")
+
+
+def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, pieces: int, expanded: Sequence[tuple[int, ...]],
+                    found: dict[RawProgram, float], threshold: float, rows: Successors | None = None) -> None:
+    """Check that every program of two or more steps run on `pieces` pieces and not in `found` costs at least `threshold`.
+
+    `costs` are the step costs on one piece, with traffic. `expanded` is the
+    tree a branch and bound expanded (prefixes as step indices, the empty one
+    included); every valid step out of it must lead to a lower bound of at
+    least `threshold`: the stages so far, `h` for the rest of the sum, and
+    ``pieces - 1`` periods of at least the period so far and `b` (both tables
+    checked here). Every program inside the tree is either in `found` at its
+    exact cost or costs at least `threshold`. CertificateError otherwise.
+    """
+    _check_bellman(costs, h)
+    check_bottleneck(costs, b)
+    rows = rows or successors_by_state(costs)
+    space, K = costs.space, h.shape[0] - 1
+    floor = threshold * (1 - TOLERANCE)
+    tree = set(expanded)
+    if any(q[:-1] not in tree for q in tree if q) or (tree and () not in tree):
+        raise CertificateError("the expanded tree does not hold every prefix of its nodes")
+    if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
+        root = h[K][space.start] + (pieces - 1) * b[K][space.start]
+        if not root >= floor:
+            raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
+        return
+    for q in tree:
+        state, stages, traffic = space.start, [], []
+        for j in q:
+            step = space.steps[j]
+            i = int(np.searchsorted(step.sources, state))
+            if i >= step.sources.size or step.sources[i] != state:
+                raise CertificateError(f"expanded prefix {q} takes a step that is not valid")
+            stages.append(float(costs.weights[j][i]))
+            traffic.append(costs.traffic[j][:, i])
+            state += step.offset
+        raw = tuple((space.steps[j].op, space.steps[j].mask) for j in q)
+        if len(q) >= 2 and space.goal[state]:
+            cost = float(pipelined_seconds(PY, stages, traffic, pieces))
+            if raw in found:
+                if not math.isclose(found[raw], cost, rel_tol=1e-9):
+                    raise CertificateError(f"{raw} on {pieces} pieces costs {cost}, not {found[raw]}")
+            elif not cost >= floor:
+                raise CertificateError(f"{raw} on {pieces} pieces costs {cost:.6g}, less than {threshold:.6g}, but is not listed")
+        if len(q) == K:
+            continue
+        g = math.fsum(stages)
+        period = float(pipeline_period(PY, stages, traffic, pieces)) if stages else 0.0
+        window = np.sum(traffic[-(pieces - 1):], axis=0) if traffic else np.zeros(rows.traffic.shape[0])
+        lo, hi = rows.offsets[state], rows.offsets[state + 1]
+        w, target = rows.weight[lo:hi], rows.target[lo:hi]
+        child = np.maximum(np.maximum(period, w), (window[:, None] + rows.traffic[:, lo:hi]).max(axis=0))
+        r = K - len(q) - 1
+        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child, b[r][target])
+        for i in np.flatnonzero(~(lower >= floor)).tolist():
+            if q + (int(rows.step[lo + i]),) not in tree:
+                raise CertificateError(f"after {raw}, a step leaves the expanded tree with a bound below {threshold:.6g}")

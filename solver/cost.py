@@ -13,7 +13,8 @@ a time to a running value, so the symbolic form stays in linear real arithmetic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+import math
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -88,6 +89,8 @@ class CostModel(Protocol):
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any: ...
 
+    def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]: ...
+
 
 def mask_bits(mask: int, n: int) -> list[bool]:
     """Bitmask -> list of booleans over `n` cells."""
@@ -111,15 +114,41 @@ def program_seconds(model: CostModel, placement: Placement, request: Request, pr
 
 def raw_program_seconds(model: CostModel, collective: Collective, n: int, raw: RawProgram) -> list[float]:
     """Predicted seconds of each step of a program given as (op, slice mask) pairs over `n` reduced cells."""
+    return [t for t, _ in _walk(model, collective, n, raw, with_traffic=False)]
+
+
+def raw_program_cost(models: Callable[[int], CostModel], collective: Collective, n: int, raw: RawProgram,
+                     pieces: int = 1) -> tuple[float, list[float]]:
+    """A program's predicted seconds on `pieces` pieces, and each step's seconds on one piece.
+
+    ``models(P)`` is the cost model at 1/P of the message. One piece: the sum
+    of the steps; more: :func:`pipelined_seconds` of the steps on one piece.
+    """
+    if pieces == 1:
+        stages = raw_program_seconds(models(1), collective, n, raw)
+        return math.fsum(stages), stages
+    stages, traffic = program_stages(models(pieces), collective, n, raw)
+    return float(pipelined_seconds(PY, stages, traffic, pieces)), stages
+
+
+def program_stages(model: CostModel, collective: Collective, n: int, raw: RawProgram) -> tuple[list[float], list[list[float]]]:
+    """Each step's seconds and per-level traffic along a program (`model` at the size of one piece)."""
+    walked = _walk(model, collective, n, raw, with_traffic=True)
+    return [t for t, _ in walked], [x for _, x in walked]
+
+
+def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, with_traffic: bool) -> list[tuple[float, list]]:
+    """Each step's seconds (and per-level traffic) along a program; ValueError if a step is not valid."""
     state = start_state(collective, n)
-    times = []
+    out = []
     for op, S in raw:
-        times.append(step_seconds(model, state, op, S, n))
+        traffic = [float(x) for x in model.traffic(PY, op, mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n))] if with_traffic else []
+        out.append((step_seconds(model, state, op, S, n), traffic))
         nxt = apply(state, op, S)
         if nxt is None:
             raise ValueError(f"program {raw} is not valid")
         state = nxt
-    return times
+    return out
 
 
 @dataclass(frozen=True)
@@ -193,36 +222,117 @@ def all_to_all_time(alg: Algebra, placement: Placement, shape: StepShape, S: Seq
 
     Latency: one ``alpha`` per peer, of the outermost level at which the peer
     differs (``K(>=l) - K(>l)`` peers at level ``l``, ``K(>=l)`` the product of
-    the slice's factors at levels ``>= l``). Bandwidth: every member sends its
-    own data (nothing spreads over a unit's members); across level ``l`` go the
-    chunks addressed outside the member's level-``l`` unit, ``m (1 - 1/K(<=l))``,
-    with the shared-uplink rule; the slowest spanned level. A flat step over
-    ``K`` outer units of ``g`` devices thus pays ``g (K-1)`` slow-level
-    latencies where the hierarchical program pays ``K-1``, for the same bytes
-    across the slow level (docs/model.md, "All-to-all").
+    the slice's factors at levels ``>= l``). Bandwidth: the slowest spanned
+    level of :func:`level_traffic`. A flat step over ``K`` outer units of ``g``
+    devices thus pays ``g (K-1)`` slow-level latencies where the hierarchical
+    program pays ``K-1``, for the same bytes across the slow level
+    (docs/model.md, "All-to-all").
     """
     h = placement.hierarchy
-    factors, levels = shape.factors, shape.levels
-
-    def product(keep) -> Any:
-        k = 1.0
-        for s, p, lv in zip(S, factors, levels):
-            if keep(lv):
-                k = alg.ite(s, k * p, k)
-        return k
-
-    latency, worst = 0.0, 0.0
+    latency = 0.0
     for l in range(len(h.levels)):
-        if not any(lv == l for lv in levels):
+        if any(lv == l for lv in shape.levels):
+            latency = latency + (_slice_product(alg, shape, S, lambda lv: lv >= l) - _slice_product(alg, shape, S, lambda lv: lv > l)) * h.links[l].latency
+    return latency + slowest(alg, level_traffic(alg, placement, Collective.ALL_TO_ALL, shape, S, Z, exchange=True))
+
+
+def _slice_product(alg: Algebra, shape: StepShape, S: Sequence[Any], keep) -> Any:
+    """The product of the slice's factors at the levels `keep` accepts."""
+    k = 1.0
+    for s, p, lv in zip(S, shape.factors, shape.levels):
+        if keep(lv):
+            k = alg.ite(s, k * p, k)
+    return k
+
+
+def step_volume(alg: Algebra, op: Any, shape: StepShape) -> Any:
+    """Bytes each member sends in a (non all_to_all) step: all_reduce ``2(k-1)/k m``, reduce_scatter
+    ``(k-1)/k m``, all_gather ``(k-1) m``, reduce and broadcast ``m``."""
+    m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
+    is_ar = alg.is_op(op, Collective.ALL_REDUCE)
+    is_rs = alg.is_op(op, Collective.REDUCE_SCATTER)
+    is_ag = alg.is_op(op, Collective.ALL_GATHER)
+    return alg.ite(is_ar, (m - m_over_k) * 2.0, alg.ite(is_rs, m - m_over_k, alg.ite(is_ag, m_times_k - m, m)))
+
+
+def level_traffic(alg: Algebra, placement: Placement, op: Any, shape: StepShape, S: Sequence[Any], Z: Sequence[Any],
+                  exchange: bool = False) -> list[Any]:
+    """Per level, the seconds a step's traffic keeps that level's links busy (bandwidth only; 0 off the step's levels).
+
+    Every spanned level carries the step's volume per group (:func:`level_time`,
+    with the shared-uplink rule). An all_to_all spreads nothing over a unit's
+    members: across level ``l`` go the chunks addressed outside the member's
+    level-``l`` unit, ``m (1 - 1/K(<=l))``. A step takes its slowest level; a
+    pipeline's overlapping steps share each level (:func:`pipelined_seconds`).
+    `exchange`: the step is an all_to_all (the only steps of an all_to_all request).
+    """
+    out = []
+    for l in range(len(placement.hierarchy.levels)):
+        if not any(lv == l for lv in shape.levels):
+            out.append(0.0)
             continue
-        latency = latency + (product(lambda lv: lv >= l) - product(lambda lv: lv > l)) * h.links[l].latency
-        out = shape.m
-        for s, p, lv in zip(S, factors, levels):
-            if lv <= l:
-                out = alg.ite(s, out * (1.0 / p), out)
-        t = level_time(alg, placement, l, shape.m - out, S, Z, factors, levels, spread_over_group=False)
-        worst = alg.ite(shape.spans[l], alg.ite(t > worst, t, worst), worst)
-    return latency + worst
+        if exchange:
+            kept = shape.m
+            for s, p, lv in zip(S, shape.factors, shape.levels):
+                if lv <= l:
+                    kept = alg.ite(s, kept * (1.0 / p), kept)
+            away = shape.m - kept
+            t = level_time(alg, placement, l, away, S, Z, shape.factors, shape.levels, spread_over_group=False)
+        else:
+            t = level_time(alg, placement, l, step_volume(alg, op, shape), S, Z, shape.factors, shape.levels)
+        out.append(alg.ite(shape.spans[l], t, 0.0))
+    return out
+
+
+def step_traffic(alg: Algebra, placement: Placement, request: Request, message_bytes: float, op: Any,
+                 S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
+    """Per level, the seconds a step ``(op, S)`` taken with the cells `Y` scattered keeps its links busy.
+
+    Both cost models account contention between a pipeline's overlapping steps
+    with this (the alpha-beta traffic of :func:`level_traffic`).
+    """
+    shape = step_shape(alg, placement, request, S, Y, message_bytes)
+    return level_traffic(alg, placement, op, shape, S, Z, request.collective is Collective.ALL_TO_ALL)
+
+
+def slowest(alg: Algebra, times: Sequence[Any]) -> Any:
+    """The largest of `times` (0 for none)."""
+    worst = 0.0
+    for t in times:
+        worst = alg.ite(t > worst, t, worst)
+    return worst
+
+
+def pipelined_seconds(alg: Algebra, stages: Sequence[Any], traffic: Sequence[Sequence[Any]], pieces: int) -> Any:
+    """Seconds of a program run on `pieces` pieces, from each step's time on one piece and its per-level traffic.
+
+    Fill and drain (every step once, the sum of `stages`) plus ``pieces - 1``
+    periods (:func:`pipeline_period`). An unused sketch slot has stage 0 and no
+    traffic. With one piece this is the sum of the stages.
+    """
+    total = 0.0
+    for t in stages:
+        total = total + t
+    if pieces == 1:
+        return total
+    return total + pipeline_period(alg, stages, traffic, pieces) * (pieces - 1)
+
+
+def pipeline_period(alg: Algebra, stages: Sequence[Any], traffic: Sequence[Sequence[Any]], pieces: int) -> Any:
+    """The steady-state period of a software pipeline: the slowest step, or the busiest level, whichever is longer.
+
+    With ``P`` pieces the steps ``k .. k+P-1`` run at once, each on another
+    piece, so on every level the traffic of any ``P`` consecutive steps adds up
+    (overlapping steps share the level's links; docs/model.md, "Pipelined programs").
+    """
+    period = slowest(alg, stages)
+    for l in range(len(traffic[0]) if traffic else 0):
+        for start in range(len(stages)):
+            load = 0.0
+            for loads in traffic[start:start + pieces]:
+                load = load + loads[l]
+            period = alg.ite(load > period, load, period)
+    return period
 
 
 @dataclass(frozen=True)
@@ -253,23 +363,14 @@ class AlphaBeta:
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
         if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
             return all_to_all_time(alg, self.placement, shape, S, Z)
-        factors, levels, spans = shape.factors, shape.levels, shape.spans
-        m, m_over_k, m_times_k, k = shape.m, shape.m_over_k, shape.m_times_k, shape.k
-
+        spans, k = shape.spans, shape.k
         is_ar = alg.is_op(op, Collective.ALL_REDUCE)
-        is_rs = alg.is_op(op, Collective.REDUCE_SCATTER)
-        is_ag = alg.is_op(op, Collective.ALL_GATHER)
-        volume = alg.ite(is_ar, (m - m_over_k) * 2.0, alg.ite(is_rs, m - m_over_k, alg.ite(is_ag, m_times_k - m, m)))
         rounds = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
-
         latency = 0.0
         for l in sorted(range(len(h.levels)), key=lambda l: h.links[l].latency):  # slowest wins: applied last
             latency = alg.ite(spans[l], rounds * h.links[l].latency, latency)
+        return latency + slowest(alg, level_traffic(alg, self.placement, op, shape, S, Z))
 
-        bw_time = 0.0
-        for l in range(len(h.levels)):
-            if not any(lv == l for lv in levels):
-                continue
-            t = level_time(alg, self.placement, l, volume, S, Z, factors, levels)
-            bw_time = alg.ite(spans[l], alg.ite(t > bw_time, t, bw_time), bw_time)
-        return latency + bw_time
+    def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
+        """Per level, the seconds the step keeps its links busy (:func:`step_traffic`)."""
+        return step_traffic(alg, self.placement, self.request, self.message_bytes, op, S, Y, Z)

@@ -50,6 +50,7 @@ class EdgeCosts:
 
     space: StateSpace
     weights: tuple[np.ndarray, ...]
+    traffic: tuple[np.ndarray, ...] | None = None  # per step, (levels, sources): seconds each level's links are busy
 
     def step_cost(self, state: int, j: int) -> float:
         """The cost of step `j` in state index `state` (which must be one of its sources)."""
@@ -60,8 +61,11 @@ class EdgeCosts:
         return float(self.weights[j][i])
 
 
-def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None) -> EdgeCosts:
-    """Evaluate `model` on every (step, state) of `space`; the cost depends only on the step and the state's Y, Z."""
+def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None, with_traffic: bool = False) -> EdgeCosts:
+    """Evaluate `model` on every (step, state) of `space`; the cost depends only on the step and the state's Y, Z.
+
+    With `with_traffic`, also each step's per-level traffic (what a pipeline's overlapping steps share).
+    """
     deadline = deadline or Deadline(None)
     C = space.cells
     yz = space.scattered | (space.rooted << C)
@@ -78,11 +82,17 @@ def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = 
     Y, Z = key & ((1 << C) - 1), key >> C
     bits = lambda a: [(a >> c & 1).astype(bool) for c in range(C)]
     values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, op, bits(S), bits(Y), bits(Z)), dtype=np.float64), op.shape)
-    weights, at = [], 0
+    loads = None
+    if with_traffic:
+        loads = np.stack([np.broadcast_to(np.asarray(t, dtype=np.float64), op.shape)
+                          for t in model.traffic(ARRAYS, op, bits(S), bits(Y), bits(Z))])
+    weights, traffic, at = [], [], 0
     for unique, inverse in zip(keys, inverses):
         weights.append(values[at:at + unique.size][inverse])
+        if loads is not None:
+            traffic.append(loads[:, at:at + unique.size][:, inverse])
         at += unique.size
-    return EdgeCosts(space, tuple(weights))
+    return EdgeCosts(space, tuple(weights), tuple(traffic) if loads is not None else None)
 
 
 def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None) -> np.ndarray:
@@ -106,6 +116,28 @@ def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = Non
     return h
 
 
+def bottleneck_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None) -> np.ndarray:
+    """``b[r][s]``: the smallest possible slowest step of a completion from `s` in at most `r` steps (0 at a goal).
+
+    The same backward dynamic programming as :func:`cost_to_go` with ``max``
+    in place of ``+``: a lower bound on the slowest step still to come, which
+    bounds a pipeline's period from below.
+    """
+    deadline = deadline or Deadline(None)
+    space = costs.space
+    at_goal = np.where(space.goal, 0.0, np.inf)
+    b = np.empty((max_steps + 1, space.size))
+    b[0] = at_goal
+    for r in range(1, max_steps + 1):
+        if deadline.expired():
+            raise SolverTimeout("explicit search")
+        row = at_goal.copy()
+        for step, w in zip(space.steps, costs.weights):
+            row[step.sources] = np.minimum(row[step.sources], np.maximum(w, b[r - 1][step.targets]))
+        b[r] = row
+    return b
+
+
 @dataclass(frozen=True)
 class Successors:
     """Every step of a state space grouped by the state it is taken in (compressed rows)."""
@@ -114,6 +146,7 @@ class Successors:
     step: np.ndarray      # index into space.steps
     target: np.ndarray
     weight: np.ndarray
+    traffic: np.ndarray | None  # (levels, rows), when the costs have it
 
 
 def successors_by_state(costs: EdgeCosts) -> Successors:
@@ -125,7 +158,8 @@ def successors_by_state(costs: EdgeCosts) -> Successors:
     weight = np.concatenate(costs.weights)
     order = np.argsort(src, kind="stable")
     offsets = np.searchsorted(src[order], np.arange(space.size + 1))
-    return Successors(offsets, step[order], target[order], weight[order])
+    traffic = None if costs.traffic is None else np.concatenate(costs.traffic, axis=1)[:, order]
+    return Successors(offsets, step[order], target[order], weight[order], traffic)
 
 
 def cheapest_programs(costs: EdgeCosts, h: np.ndarray, n: int, deadline: Deadline | None = None,
@@ -196,3 +230,88 @@ def cheapest(
 def tie_key(cost: float) -> float:
     """Cost rounded to 12 significant digits, so float noise does not break ties by length."""
     return float(f"{cost:.12g}")
+
+
+class Candidates:
+    """The cheapest way found so far to run each program (over piece counts), and the bound searches prune with.
+
+    The bound is the `n`-th cheapest distinct program's cost (ties within
+    TIE_MARGIN kept), infinity until `n` programs are known; it only falls.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self.best: dict[RawProgram, tuple[float, int]] = {}  # program -> (cost, pieces)
+
+    def offer(self, program: RawProgram, pieces: int, cost: float) -> None:
+        """Record `program` run on `pieces` pieces at `cost` (kept if cheaper, or as cheap with fewer pieces)."""
+        old = self.best.get(program)
+        if old is None or (cost, pieces) < old:
+            self.best[program] = (cost, pieces)
+
+    def nth(self) -> float:
+        """The `n`-th cheapest cost (infinity with fewer programs)."""
+        if len(self.best) < self.n:
+            return math.inf
+        return sorted(c for c, _ in self.best.values())[self.n - 1]
+
+    def bound(self) -> float:
+        """What a search may prune above: the n-th cheapest cost, with the tie margin."""
+        return self.nth() * (1 + TIE_MARGIN)
+
+    def kept(self) -> list[tuple[RawProgram, int, float]]:
+        """The programs within the bound, as (program, pieces, cost), cheapest first."""
+        bound = self.bound()
+        return sorted(((p, k, c) for p, (c, k) in self.best.items() if c <= bound), key=lambda x: (x[2], len(x[0]), x[1]))
+
+
+def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, pieces: int, candidates: Candidates,
+                       deadline: Deadline | None = None, rows: Successors | None = None
+                       ) -> tuple[list[tuple[int, ...]], dict[RawProgram, float]]:
+    """Branch and bound over programs of two or more steps run on `pieces` pieces; what it finds goes to `candidates`.
+
+    `costs` are the step costs on one piece (the model at 1/`pieces` of the
+    message) with traffic; `h` and `b` its cost-to-go and bottleneck tables.
+    A partial program's bound: the stages so far, the cheapest completion
+    (`h`), and ``pieces - 1`` periods of at least the period so far and the
+    slowest step still to come (`b`). Returns the partial programs it expanded
+    (step indices into the state space's steps): with the final bound, the
+    certificate ``solver.certificate.check_pipelined`` checks; and the programs it
+    found with their costs on `pieces` pieces.
+    """
+    deadline = deadline or Deadline(None)
+    space = costs.space
+    rows = rows or successors_by_state(costs)
+    K = h.shape[0] - 1
+    levels = rows.traffic.shape[0]
+    tie = itertools.count()
+    empty = np.zeros((0, levels))
+    start = float(h[K][space.start] + (pieces - 1) * b[K][space.start])
+    heap = [(start, next(tie), 0, space.start, 0.0, 0.0, empty, ())]
+    expanded: list[tuple[int, ...]] = []
+    found: dict[RawProgram, float] = {}
+    while heap:
+        bound_now, _, depth, state, g, period, recent, prog = heapq.heappop(heap)
+        if bound_now > candidates.bound() or not math.isfinite(bound_now):
+            break
+        if deadline.expired():
+            raise SolverTimeout("explicit search")
+        expanded.append(prog)
+        if depth >= 2 and space.goal[state]:
+            raw = tuple((space.steps[j].op, space.steps[j].mask) for j in prog)
+            found[raw] = g + (pieces - 1) * period
+            candidates.offer(raw, pieces, found[raw])
+        if depth == K:
+            continue
+        lo, hi = rows.offsets[state], rows.offsets[state + 1]
+        w, target, load = rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi]
+        window = recent[-(pieces - 1):].sum(axis=0) if pieces > 1 and len(recent) else np.zeros(levels)
+        busiest = (window[:, None] + load).max(axis=0) if levels else np.zeros(hi - lo)
+        child_period = np.maximum(np.maximum(period, w), busiest)
+        r = K - depth - 1
+        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child_period, b[r][target])
+        limit = candidates.bound()
+        for i in np.flatnonzero(lower <= limit).tolist():
+            heapq.heappush(heap, (float(lower[i]), next(tie), depth + 1, int(target[i]), float(g + w[i]),
+                                  float(child_period[i]), np.vstack([recent, load[:, i]])[-(pieces - 1):], prog + (int(rows.step[lo + i]),)))
+    return expanded, found

@@ -84,7 +84,7 @@ def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | 
     placement = problem.placement(matrix)
     return PlacementResult(placement, tuple(
         RequestResult(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline,
-                                   problem.spec.cost_model, proof, memo))
+                                   problem.spec.cost_model, proof, memo, tuple(problem.spec.pipeline)))
         for named in problem.requests
     ))
 

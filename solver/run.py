@@ -28,6 +28,7 @@ from solver.report import render_single, render_workload
 from solver.result import is_complete, result_json
 from solver.search import LIST_ALL_LIMIT, Proof, VerificationError
 from solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, sweep, under_mpi
+from solver.timeline import draw
 from solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
 EXIT_OK, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 4, 130
@@ -47,7 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--print-schema", action="store_true", help="print the spec's JSON schema and exit")
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
     p.add_argument("--export", choices=[f.value for f in ExportFormat], help="print a PyTorch or JAX module running the chosen placement's programs, instead of the table")
-    p.add_argument("--placement", type=int, default=0, help="with --export: index of the placement in the ranked list (default 0, the best)")
+    p.add_argument("--placement", type=int, default=0, help="with --export or --timeline: index of the placement in the ranked list (default 0, the best)")
+    p.add_argument("--timeline", metavar="PNG", help="draw the chosen placement's best programs step by step per level, sequential above pipelined (matplotlib)")
     p.add_argument("--jobs", type=int, default=default_jobs(), help="worker processes for the placements (default: this machine's cores; under mpirun the ranks share the work instead)")
     p.add_argument("--proof", choices=[k.value for k in Proof], default=Proof.CERTIFICATE.value,
                    help="what backs 'optimal': the checked certificate of the explicit search (default), or z3: Z3's own unsat over the whole sketch as well (much slower)")
@@ -136,6 +138,8 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
             if comm is None or comm.Get_rank() == 0:
                 print(json.dumps(Spec.model_json_schema(), indent=2))
             return EXIT_OK
+        if args.timeline:
+            _can_draw()
         deadline = Deadline(args.timeout)  # the budget starts before the placements are enumerated
         problem = load_problem(args.spec, deadline, args.max_placements)
         _refuse_listing_too_many(problem, args)
@@ -146,7 +150,7 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         for line in e.lines:
             err.print(f"spec error: {line}", markup=False)
         return EXIT_USAGE
-    if args.export and not 0 <= args.placement < problem.placement_count:
+    if (args.export or args.timeline) and not 0 <= args.placement < problem.placement_count:
         err.print(f"error: argument --placement: {args.placement} is out of range; this spec has {problem.placement_count} placement(s), 0..{problem.placement_count - 1}", markup=False)
         return EXIT_USAGE
     max_steps = args.max_steps or problem.spec.max_steps
@@ -170,10 +174,25 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
     if args.out:
         write_json_atomic(result_json(problem, result, max_steps, args.proof), args.out)
+    if args.timeline:
+        if args.placement >= len(result.placements):
+            err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
+            return EXIT_TIMEOUT
+        chosen = result.placements[args.placement]
+        draw(chosen.placement, [(r.named, r.solution.best.program) for r in chosen.requests if r.solution.best],
+             problem.spec.pipeline, problem.spec.cost_model, args.timeline)
     if not is_complete(problem, result):
         err.print(_timeout_line(args.timeout, problem, result), markup=False)
         return EXIT_TIMEOUT
     return EXIT_OK
+
+
+def _can_draw() -> None:
+    """UsageError, before anything is solved, when --timeline cannot draw (no matplotlib)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--timeline needs matplotlib: pip install -e '.[plot]'") from None
 
 
 def _refuse_listing_too_many(problem: Problem, args: argparse.Namespace) -> None:

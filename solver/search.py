@@ -32,10 +32,19 @@ from hierarchies.statespace import state_space, statuses
 from hierarchies.verify import verifier
 from p2synth_encodings.deadline import Deadline
 from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
+from p2synth_encodings.programs import Pipeline, ProgramSketch, SemanticsMismatch, prove_step_semantics
 from solver import certificate
-from solver.cost import CostModel, program_seconds, raw_program_seconds
-from solver.explicit import cheapest_programs, cost_to_go, edge_costs, successors_by_state, tie_key
+from solver.cost import CostModel, pipelined_seconds, raw_program_cost
+from solver.explicit import (
+    Candidates,
+    bottleneck_to_go,
+    cheapest_pipelined,
+    cheapest_programs,
+    cost_to_go,
+    edge_costs,
+    successors_by_state,
+    tie_key,
+)
 from solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 
 # `--top all` refuses to list more programs than this per placement.
@@ -101,14 +110,15 @@ class Solution:
 
 @dataclass(frozen=True)
 class Ranking:
-    """What one cost signature establishes: the candidate programs with their costs, cheapest first.
+    """What one cost signature establishes: the candidate programs with their piece counts and costs, cheapest first.
 
     For a top-N search the candidates are every program costing at most the
     N-th cheapest (ties included, so each placement picks its top N by the
-    same order a fresh search would); for ``--top all``, every program.
+    same order a fresh search would); for ``--top all``, every program. Each
+    program appears once, at its cheapest piece count.
     """
 
-    candidates: tuple[tuple[RawProgram, float], ...]
+    candidates: tuple[tuple[RawProgram, int, float], ...]
     count: int
     optimal: bool
     timed_out: bool
@@ -132,32 +142,37 @@ def solve(
     model_kind: CostModelKind = CostModelKind.ALPHA_BETA,
     proof: Proof = Proof.CERTIFICATE,
     memo: Memo | None = None,
+    pieces: tuple[int, ...] = (1,),
 ) -> Solution:
     """Rank programs for `request` on `placement`: the `top` cheapest (None: all of them).
 
-    Programs are costed by the cost model `model_kind`. The first program is
-    proved cheapest within `max_steps` (``optimal``) unless the deadline ran
-    out (then ``timed_out`` is set). `memo` shares work with other placements
-    (a fresh one when None).
+    Programs are costed by the cost model `model_kind`, each at its cheapest
+    piece count among `pieces` (1: sequential; a program of two or more steps
+    may run pipelined, see ``Program.pipeline``). The first program is proved
+    cheapest within `max_steps` and over those piece counts (``optimal``)
+    unless the deadline ran out (then ``timed_out`` is set). `memo` shares work
+    with other placements (a fresh one when None).
     """
     deadline = deadline or Deadline(None)
     memo = memo or Memo()
-    model = cost_model(placement, request, message_bytes, model_kind)
     signature = cost_signature(placement, request, message_bytes, model_kind)
+    models = _models(placement, request, message_bytes, model_kind)
     n_cells = len(request.reduced_cells(placement))
     if n_cells == 0:  # nothing to reduce: the reduction group is a single device
         empty = Ranked(Program(()), 0.0, (), True)
         return Solution(placement, request, message_bytes, empty, (empty,), 1, True)
-    default = _rank(default_program(placement, request), placement, request, model, signature, memo)
-    key = (signature, max_steps, top, proof)
+    default = _rank(default_program(placement, request), placement, request, models, signature, memo)
+    pieces = tuple(sorted(set(pieces) | {1}))
+    key = (signature, max_steps, top, proof, pieces)
     if key not in memo.rankings:
-        memo.rankings[key] = _ranking(request, n_cells, max_steps, top, model, proof, deadline)
+        memo.rankings[key] = _ranking(request, n_cells, max_steps, top, models, pieces, proof, deadline)
     ranking = memo.rankings[key]
-    chosen = sorted(ranking.candidates, key=lambda c: (tie_key(c[1]), len(c[0]), to_program(c[0], placement, request)))
+    programs = [(Program(to_program(raw, placement, request).steps, p), cost) for raw, p, cost in ranking.candidates]
+    chosen = sorted(programs, key=lambda c: (tie_key(c[1]), len(c[0]), c[0]))
     chosen = chosen if top is None else chosen[:top]
     ranked = []
-    for raw, cost in chosen:
-        item = _rank(to_program(raw, placement, request), placement, request, model, signature, memo)
+    for program, cost in chosen:
+        item = _rank(program, placement, request, models, signature, memo)
         if not math.isclose(item.cost_s, cost, rel_tol=1e-9, abs_tol=1e-15):
             raise VerificationError(f"cost mismatch: search {cost} vs model {item.cost_s} for {item.program.text(placement)}")
         ranked.append(item)
@@ -165,17 +180,34 @@ def solve(
                     ranking.timed_out)
 
 
-def _rank(program: Program, placement: Placement, request: Request, model: CostModel, signature: CostSignature,
+def _models(placement: Placement, request: Request, message_bytes: int, kind: CostModelKind):
+    """``models(P)``: the cost model at 1/P of the message (one piece of a P-piece pipeline), built once per P."""
+    built: dict[int, CostModel] = {}
+
+    def models(pieces: int) -> CostModel:
+        if pieces not in built:
+            built[pieces] = cost_model(placement, request, message_bytes / pieces, kind)
+        return built[pieces]
+
+    return models
+
+
+def _rank(program: Program, placement: Placement, request: Request, models, signature: CostSignature,
           memo: Memo) -> Ranked:
-    """Check `program` concretely and cost it (step times shared per signature); VerificationError if the check fails."""
-    result = verifier(placement, request).check(program)
+    """Check `program` concretely and cost it (times shared per signature); VerificationError if the check fails.
+
+    A pipelined program is checked as one piece (its steps); its step times are
+    each step's on one piece, its cost the pipeline's.
+    """
+    result = verifier(placement, request).check(program.sequential())
     if not result.ok:
         raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
-    key = (signature, _raw(program, placement, request))
+    key = (signature, _raw(program, placement, request), program.pipeline)
     if key not in memo.step_times:
-        memo.step_times[key] = tuple(program_seconds(model, placement, request, program))
-    steps = memo.step_times[key]
-    return Ranked(program, math.fsum(steps), steps, verified=True)
+        cells = request.reduced_cells(placement)
+        memo.step_times[key] = raw_program_cost(models, request.collective, len(cells), key[1], program.pipeline)
+    cost, steps = memo.step_times[key]
+    return Ranked(program, cost, tuple(steps), verified=True)
 
 
 def _raw(program: Program, placement: Placement, request: Request) -> RawProgram:
@@ -183,9 +215,9 @@ def _raw(program: Program, placement: Placement, request: Request) -> RawProgram
     return tuple((s.op, sum(1 << cells.index(c) for c in s.slice)) for s in program.steps)
 
 
-def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, model: CostModel, proof: Proof,
-             deadline: Deadline) -> Ranking:
-    """Search one cost signature (`model` is the cost model of any placement that has it)."""
+def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, models, pieces: tuple[int, ...],
+             proof: Proof, deadline: Deadline) -> Ranking:
+    """Search one cost signature (`models(P)`: the cost model of any placement that has it, at 1/P of the message)."""
     collective = request.collective
     count = count_programs(collective, n_cells, max_steps)
     try:
@@ -193,25 +225,50 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
     except SemanticsMismatch as e:
         raise VerificationError(str(e)) from None
     if top is None:
-        return _listed(collective, n_cells, max_steps, count, model, deadline)
-    space = state_space(collective, n_cells) if state_space_fits(collective, n_cells) else None
-    if space is None:
-        return _z3_alone(collective, n_cells, max_steps, top, count, model, deadline)
+        return _listed(collective, n_cells, max_steps, count, models, pieces, deadline)
+    if not state_space_fits(collective, n_cells):
+        return _z3_alone(collective, n_cells, max_steps, top, count, models, pieces, deadline)
+    space = state_space(collective, n_cells)
     try:
-        costs = edge_costs(space, model, deadline)
-        h = cost_to_go(costs, max_steps, deadline)
-        rows = successors_by_state(costs)
-        found = cheapest_programs(costs, h, top, deadline, rows)
-        try:
-            certificate.check(costs, h, [p for _, p in found], top, rows)
-        except certificate.CertificateError as e:
-            raise VerificationError(f"the explicit search's certificate does not hold: {e}") from None
+        found = _sequential_top(space, models(1), max_steps, top, deadline)
+        candidates = Candidates(top)
+        for cost, raw in found:
+            candidates.offer(raw, 1, cost)
+        for p in (p for p in pieces if p > 1 and max_steps >= 2):
+            _pipelined_top(space, models(p), max_steps, p, candidates, deadline)
     except SolverTimeout:
         return Ranking((), count, False, True)
+    kept = tuple(candidates.kept())
     proved = True
     if proof is Proof.Z3:
-        proved = _z3_agrees(collective, n_cells, max_steps, model, found, deadline)
-    return Ranking(tuple((p, c) for c, p in found), count, proved and bool(found), not proved)
+        proved = _z3_agrees(collective, n_cells, max_steps, models, pieces, kept, deadline)
+    return Ranking(kept, count, proved and bool(kept), not proved)
+
+
+def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline: Deadline) -> list[tuple[float, RawProgram]]:
+    """The cheapest programs run sequentially, with their certificate checked."""
+    costs = edge_costs(space, model, deadline)
+    h = cost_to_go(costs, max_steps, deadline)
+    rows = successors_by_state(costs)
+    found = cheapest_programs(costs, h, top, deadline, rows)
+    try:
+        certificate.check(costs, h, [p for _, p in found], top, rows)
+    except certificate.CertificateError as e:
+        raise VerificationError(f"the explicit search's certificate does not hold: {e}") from None
+    return found
+
+
+def _pipelined_top(space, model: CostModel, max_steps: int, pieces: int, candidates: Candidates, deadline: Deadline) -> None:
+    """Offer `candidates` every program run on `pieces` pieces that could be among them, with the certificate checked."""
+    costs = edge_costs(space, model, deadline, with_traffic=True)
+    h = cost_to_go(costs, max_steps, deadline)
+    b = bottleneck_to_go(costs, max_steps, deadline)
+    rows = successors_by_state(costs)
+    expanded, found = cheapest_pipelined(costs, h, b, pieces, candidates, deadline, rows)
+    try:
+        certificate.check_pipelined(costs, h, b, pieces, expanded, found, candidates.nth(), rows)
+    except certificate.CertificateError as e:
+        raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
 
 
 def state_space_fits(collective, n_cells: int) -> bool:
@@ -219,34 +276,41 @@ def state_space_fits(collective, n_cells: int) -> bool:
     return len(statuses(collective)) ** n_cells <= EXPLICIT_MAX_STATES
 
 
-def _z3_agrees(collective, n_cells: int, max_steps: int, model: CostModel, found, deadline: Deadline) -> bool:
+def _sketch(collective, n_cells: int, max_steps: int, models, pieces: tuple[int, ...]) -> ProgramSketch:
+    """The Z3 sketch with the cost of every piece count in `pieces`."""
+    pipelines = [Pipeline(p, models(p).step_time, models(p).traffic, pipelined_seconds) for p in pieces if p > 1 and max_steps > 1]
+    return ProgramSketch(collective, n_cells, max_steps, models(1).step_time, pipelines)
+
+
+def _z3_agrees(collective, n_cells: int, max_steps: int, models, pieces: tuple[int, ...], kept, deadline: Deadline) -> bool:
     """Z3's own proof of the same list (True), or False when the deadline ran out first; VerificationError on a disagreement."""
-    sketch = ProgramSketch(collective, n_cells, max_steps, model.step_time)
+    sketch = _sketch(collective, n_cells, max_steps, models, pieces)
     try:
-        ranked, proved = sketch.prove_top([p for _, p in found], deadline)
+        ranked, proved = sketch.prove_top([(raw, p) for raw, p, _ in kept], deadline)
     except ValueError as e:
         raise VerificationError(f"the explicit search and Z3 disagree: {e}") from None
-    for r, (cost, _) in zip(ranked, found):
+    for r, (_, _, cost) in zip(ranked, kept):
         if not math.isclose(r.cost, cost, rel_tol=1e-6, abs_tol=1e-15):
             raise VerificationError(f"cost mismatch: Z3 {r.cost} vs search {cost}")
     return proved
 
 
-def _z3_alone(collective, n_cells: int, max_steps: int, top: int, count: int, model: CostModel,
+def _z3_alone(collective, n_cells: int, max_steps: int, top: int, count: int, models, pieces: tuple[int, ...],
               deadline: Deadline) -> Ranking:
     """Too many states for the explicit search: Z3 finds and proves the top programs by iterative tightening."""
-    sketch = ProgramSketch(collective, n_cells, max_steps, model.step_time)
+    sketch = _sketch(collective, n_cells, max_steps, models, pieces)
     try:
         found = sketch.top(top, deadline)
     except SolverTimeout:
         return Ranking((), count, False, True)
     proved = bool(found) and all(r.proved for r in found)
     timed_out = len(found) < min(top, count) or not proved
-    return Ranking(tuple((r.program, r.cost) for r in found), count, proved, timed_out)
+    return Ranking(tuple((r.program, r.pieces, r.cost) for r in found), count, proved, timed_out)
 
 
-def _listed(collective, n_cells: int, max_steps: int, count: int, model: CostModel, deadline: Deadline) -> Ranking:
-    """`--top all`: every program, listed by Z3 (blocking clauses) and costed by the model."""
+def _listed(collective, n_cells: int, max_steps: int, count: int, models, pieces: tuple[int, ...],
+            deadline: Deadline) -> Ranking:
+    """`--top all`: every program, listed by Z3 (blocking clauses), each at its cheapest piece count."""
     if count > LIST_ALL_LIMIT:
         raise TooManyPrograms(f"{count} programs within {max_steps} steps")
     sketch = ProgramSketch(collective, n_cells, max_steps)
@@ -259,5 +323,9 @@ def _listed(collective, n_cells: int, max_steps: int, count: int, model: CostMod
         timed_out = True
     if len(raws) > count or (not timed_out and len(raws) < count):
         raise VerificationError(f"Z3 listed {len(raws)} programs, the abstract count is {count}")
-    return Ranking(tuple((raw, math.fsum(raw_program_seconds(model, collective, n_cells, raw))) for raw in raws),
-                   count, not timed_out, timed_out)
+    out = []
+    for raw in raws:
+        options = [(raw_program_cost(models, collective, n_cells, raw, p)[0], p) for p in pieces if p == 1 or len(raw) > 1]
+        cost, p = min(options)
+        out.append((raw, p, cost))
+    return Ranking(tuple(out), count, not timed_out, timed_out)

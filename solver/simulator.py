@@ -38,7 +38,7 @@ from typing import Any
 
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
-from solver.cost import Algebra, all_to_all_time, level_time, step_shape
+from solver.cost import Algebra, all_to_all_time, level_time, step_shape, step_traffic
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -126,6 +126,10 @@ class Simulator:
                alg.ite(alg.is_op(op, Collective.ALL_GATHER), ag,
                alg.ite(alg.is_op(op, Collective.REDUCE), r, b))))
         return time + (h.step_overhead_us or 0.0) * 1e-6
+
+    def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
+        """Per level, the seconds the step keeps its links busy: the alpha-beta accounting (``solver.cost.step_traffic``)."""
+        return step_traffic(alg, self.placement, self.request, self.message_bytes, op, S, Y, Z)
 
     def _per_cell(self, alg: Algebra, S: Sequence[Any], cells, term) -> Any:
         """Sum of ``term(cell, factor)`` over the slice's cells; each term is linear in the state."""

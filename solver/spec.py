@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from hierarchies.cli import quote
 from hierarchies.library import UnknownSystemError, load_system, system_names
 from hierarchies.model import NAME_PATTERN, Hierarchy
 from hierarchies.placement import Axis, Matrix, Placement, PlacementError
-from hierarchies.program import Collective, NamedRequest, Request
+from hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, Request
 from solver.models import CostModelKind
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ MAX_AXES = 32
 MAX_NAME = 64  # characters in any name (axis, level, request, hierarchy)
 MAX_MESSAGE_BYTES = 2**50
 MAX_COUNT = 10**6  # occurrences of one request per training step
+DEFAULT_PIPELINE = (1, 2, 4, 8, 16)  # piece counts the search considers unless the spec narrows them
 
 
 class SpecError(Exception):
@@ -129,12 +130,24 @@ class Spec(BaseModel):
     max_steps: int = Field(default=4, ge=1, le=MAX_STEPS_LIMIT, description="longest program considered")
     placements: PlacementsField = Field(default="all", description='"all" or a non-empty list of matrices (rows: axes, columns: levels)')
     cost_model: CostModelKind = Field(default=CostModelKind.ALPHA_BETA, description="alpha-beta (first model) or simulator (algorithm choice by size, reduction compute, step overhead)")
+    pipeline: list[Annotated[int, Field(ge=1, le=MAX_PIPELINE)]] = Field(
+        default=list(DEFAULT_PIPELINE), min_length=1,
+        description="piece counts a program of two or more steps may run pipelined on (1: sequential; must include 1)")
 
     @model_validator(mode="after")
     def _one_of_request_or_workload(self) -> "Spec":
         if (self.request is None) == (self.workload is None):
             raise ValueError("give exactly one of 'request' or 'workload'")
         return self
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline_has_one(cls, pieces: list[int]) -> list[int]:
+        if 1 not in pieces:
+            raise ValueError("must include 1 (every program can run sequentially), e.g. [1, 2, 4, 8, 16]")
+        if len(set(pieces)) != len(pieces):
+            raise ValueError("lists a piece count twice; list each once")
+        return sorted(pieces)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ def test_readme_first_example_shows_placement_spread_and_a_hierarchical_win(tmp_
     best = result["placements"][0]
     assert best["description"].endswith("tensor=[gpu 4]")  # tensor inside the node
     grad = next(r for r in best["requests"] if r["name"] == "grad_allreduce")
-    program = " -> ".join(f"{s['op']}" for s in grad["programs"][0]["steps"])
-    assert program == "reduce_scatter -> all_reduce -> all_gather"
+    best_program = grad["programs"][0]
+    short = {"all_reduce": "AR", "reduce_scatter": "RS", "all_gather": "AG", "reduce": "R", "broadcast": "B"}
+    text = " -> ".join(f"{short[s['op']]}({','.join('@'.join(c) for c in s['slice'])})" for s in best_program["steps"])
+    assert len(best_program["steps"]) > 1 and best_program["pipeline"] > 1  # hierarchical, and pipelined
+    assert f"`{text} x{best_program['pipeline']} pieces`" in readme
     assert f"{grad['default']['cost_s'] / grad['best_s']:.2f}x faster than one" in readme

@@ -225,6 +225,15 @@ def plan_steps(
     return start, tuple(steps)
 
 
+def _program_text(placement: Placement, program: Program) -> str:
+    """The program as the generated module describes it; a pipelined one says that the module runs it unpipelined."""
+    text = program.sequential().text(placement) or "(nothing to do)"
+    if program.pipeline > 1:
+        text += (f" (the plan pipelines it on {program.pipeline} pieces; this module runs the steps on the whole "
+                 "buffer, one after the other: the same result, without the overlap)")
+    return text
+
+
 def plan_request(placement: Placement, name: str, item: ExportRequest) -> RequestLayout:
     """Validate one request's program and plan it under the identifier `name`."""
     check_exportable(placement, item.request, item.program)
@@ -236,7 +245,7 @@ def plan_request(placement: Placement, name: str, item: ExportRequest) -> Reques
         collective=item.request.collective,
         axes=tuple(placement.axes[a].name for a in sorted(item.request.axes)),
         group_size=group_size,
-        program_text=item.program.text(placement) or "(nothing to do)",
+        program_text=_program_text(placement, item.program),
         message_bytes=item.message_bytes,
         layout=tuple(dim_name(placement, c) for c in start),
         layout_sizes=tuple(placement.factor(c) for c in start),

@@ -1,0 +1,195 @@
+"""Pipelined programs: the cost on hand-computed pipelines, the search against Z3 on random hierarchies, the certificate."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from hierarchies.program import Program, Step
+from hierarchies.statespace import state_space
+from solver import certificate
+from solver.certificate import CertificateError
+from solver.cost import PY, AlphaBeta, pipeline_period, pipelined_seconds, raw_program_cost
+from solver.explicit import Candidates, bottleneck_to_go, cheapest_pipelined, cost_to_go, edge_costs
+from solver.models import CostModelKind, cost_model
+from solver.search import Proof, solve
+from tests.test_certificate import cases
+
+AR, RS, AG, R, B, A2A = Collective
+
+# node 2 x gpu 4, data = 8: inner links 20x the outer ones
+H = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0),
+                      Level(name="gpu", count=4, bandwidth_GBps=20.0, latency_us=1.0)))
+P8 = Placement(H, (Axis(name="data", size=8),), ((2, 4),))
+REQ = Request(frozenset({0}))
+NODE, GPU = P8.cells
+HIER = ((RS, 0b10), (AR, 0b01), (AG, 0b10))  # RS(gpu) -> AR(node) -> AG(gpu), masks over (node, gpu)
+
+
+def test_pipelined_time_of_hand_made_stages():
+    # three stages of 1, 4, 2 s; traffic (node, gpu) per stage; 4 pieces: stages 0..3 overlap, so every level's
+    # traffic adds up over all three: gpu 0.8 + 1.5 = 2.3 < slowest stage 4 -> period 4; total 7 + 3 * 4 = 19
+    stages, traffic = [1.0, 4.0, 2.0], [[0.0, 0.8], [3.9, 0.0], [0.0, 1.5]]
+    assert pipeline_period(PY, stages, traffic, 4) == 4.0
+    assert pipelined_seconds(PY, stages, traffic, 4) == 7.0 + 3 * 4.0
+    # the gpu traffic of steps 0 and 2 adds up when they overlap: with 0.8 -> 3.0 the gpu carries 4.5 per period
+    assert pipeline_period(PY, stages, [[0.0, 3.0], [3.9, 0.0], [0.0, 1.5]], 4) == 4.5
+    # with 2 pieces only neighbours overlap: steps 0 and 2 never share the gpu links
+    assert pipeline_period(PY, stages, [[0.0, 3.0], [3.9, 0.0], [0.0, 1.5]], 2) == 4.0
+    assert pipelined_seconds(PY, stages, traffic, 1) == 7.0
+
+
+def test_a_hierarchical_all_reduce_on_4_pieces_by_hand():
+    """RS(gpu) -> AR(node) -> AG(gpu) of 64 MiB on 4 pieces of 16 MiB, alpha-beta, worked out by hand."""
+    piece = (64 << 20) / 4
+    rs = 3 * 1e-6 + (3 / 4) * piece / 20e9                   # k=4 over gpu: 3 rounds, (k-1)/k of the piece
+    ar = 2 * 10e-6 + 2 * (1 / 2) * (piece / 4) / 1e9         # k=2 over node on a quarter of the piece (scattered)
+    ag = 3 * 1e-6 + 3 * (piece / 4) / 20e9                   # (k-1) quarters back over gpu
+    gpu_traffic, node_traffic = (3 / 4) * piece / 20e9 + 3 * (piece / 4) / 20e9, 2 * (1 / 2) * (piece / 4) / 1e9
+    period = max(rs, ar, ag, gpu_traffic, node_traffic)
+    expected = rs + ar + ag + 3 * period
+    models = lambda p: AlphaBeta(P8, REQ, (64 << 20) / p)
+    cost, stages = raw_program_cost(models, AR, 2, HIER, 4)
+    assert stages == pytest.approx([rs, ar, ag], rel=1e-12) and cost == pytest.approx(expected, rel=1e-12)
+    sequential, _ = raw_program_cost(lambda p: AlphaBeta(P8, REQ, (64 << 20) / p), AR, 2, HIER, 1)
+    assert cost < sequential  # the node stage dominates; its neighbours hide under it
+
+
+def test_slow_outer_links_make_a_pipelined_program_best_and_single_steps_never_pipeline():
+    sol = solve(P8, REQ, 64 << 20, 4, top=10, pieces=(1, 2, 4, 8, 16))
+    assert sol.optimal and sol.best.program.pipeline > 1 and len(sol.best.program) > 1
+    assert all(r.program.pipeline == 1 for r in sol.programs if len(r.program) == 1)
+    # each program once, at its cheapest piece count
+    assert len({r.program.steps for r in sol.programs}) == len(sol.programs)
+    sequential = solve(P8, REQ, 64 << 20, 4, top=1)
+    assert sol.best.cost_s < sequential.best.cost_s
+
+
+SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SLOW
+@given(cases(max_cells=3), st.sampled_from([(1, 2), (1, 4), (1, 2, 8)]))
+def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
+    """On random hierarchies the explicit search's best (program, pieces) costs what Z3 finds on its own, and Z3's
+    unsat over the whole sketch (with every piece count) proves the explicit list."""
+    from p2synth_encodings.programs import Pipeline, ProgramSketch
+
+    p, req, size, kind = case
+    n = len(req.reduced_cells(p))
+    K = 3
+    models = lambda k: cost_model(p, req, size / k, kind)
+    pipelines = [Pipeline(k, models(k).step_time, models(k).traffic, pipelined_seconds) for k in pieces if k > 1]
+    (z3_best,) = ProgramSketch(req.collective, n, K, models(1).step_time, pipelines).top(1)
+    ours = solve(p, req, size, K, top=3, model_kind=kind, pieces=pieces, proof=Proof.Z3)
+    assert ours.optimal and math.isclose(ours.best.cost_s, z3_best.cost, rel_tol=1e-6)
+    if len(ours.programs) > 1 and ours.programs[1].cost_s > ours.best.cost_s * (1 + 1e-6):  # a unique best
+        assert (z3_best.pieces, len(z3_best.program)) == (ours.best.program.pipeline, len(ours.best.program))
+
+
+def _pipelined_search(pieces=4, top=5):
+    space = state_space(AR, 2)
+    model = cost_model(P8, REQ, (64 << 20) / pieces)
+    costs = edge_costs(space, model, with_traffic=True)
+    h, b = cost_to_go(costs, 4), bottleneck_to_go(costs, 4)
+    cands = Candidates(top)
+    expanded, found = cheapest_pipelined(costs, h, b, pieces, cands)
+    return costs, h, b, expanded, found, cands.nth()
+
+
+def test_the_pipelined_certificate_accepts_the_search():
+    costs, h, b, expanded, found, nth = _pipelined_search()
+    assert len(found) >= 5 and () in expanded
+    certificate.check_pipelined(costs, h, b, 4, expanded, found, nth)
+
+
+@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "bottleneck-too-high", "wrong-cost"])
+def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
+    costs, h, b, expanded, found, nth = _pipelined_search()
+    cheapest = min(found, key=found.get)
+    if fault == "drop-found":
+        found = {k: v for k, v in found.items() if k != cheapest}
+    elif fault == "cut-tree":  # the tree without the branch that holds the cheapest program
+        first = next(j for j, s in enumerate(costs.space.steps) if (s.op, s.mask) == cheapest[0])
+        expanded = [q for q in expanded if q[:1] != (first,)]
+    elif fault == "bottleneck-too-high":
+        b = b.copy()
+        b[3][np.isfinite(b[3]) & (b[3] > 0)] *= 1.5
+    else:
+        found = {**found, cheapest: found[cheapest] * 0.9}
+    with pytest.raises(CertificateError):
+        certificate.check_pipelined(costs, h, b, 4, expanded, found, nth)
+
+
+def test_a_pipelined_program_is_checked_as_one_piece_and_reads_back():
+    sol = solve(P8, REQ, 64 << 20, 4, top=3, pieces=(1, 4))
+    best = sol.best.program
+    assert best.pipeline == 4 and sol.best.verified
+    assert Program.from_json(best.to_json(P8), P8) == best and best.text(P8).endswith(" x4 pieces")
+    with pytest.raises(ValueError):
+        Program((Step(AR, (NODE, GPU)),), 0)
+
+
+def test_the_spec_narrows_the_piece_counts():
+    from solver.spec import SpecError, build_problem, parse_spec
+
+    base = ('{"hierarchy": {"system": "dgx-a100", "nodes": 2}, "axes": [{"name": "d", "size": 16}], '
+            '"request": {"axes": ["d"]}, "pipeline": %s}')
+    assert build_problem(parse_spec(base % "[4, 1]")).spec.pipeline == [1, 4]
+    for bad in ("[2, 4]", "[1, 1]", "[1, 65]", "[]"):
+        with pytest.raises(SpecError) as e:
+            parse_spec(base % bad)
+        assert all(line.startswith("pipeline") for line in e.value.lines)
+
+
+@settings(max_examples=15, deadline=None)
+@given(cases(max_cells=3))
+def test_more_pieces_never_change_what_a_sequential_search_finds(case):
+    """Allowing pipelines can only lower the best cost, never raise it; single steps stay sequential."""
+    p, req, size, kind = case
+    assume(len(req.reduced_cells(p)) >= 1)
+    seq = solve(p, req, size, 3, top=3, model_kind=kind)
+    piped = solve(p, req, size, 3, top=3, model_kind=kind, pieces=(1, 2, 4))
+    assert piped.best.cost_s <= seq.best.cost_s * (1 + 1e-9)
+    assert all(r.program.pipeline == 1 for r in piped.programs if len(r.program) == 1)
+
+
+def test_the_timeline_is_as_long_as_the_prediction_and_its_pieces_never_collide():
+    from hierarchies.program import NamedRequest
+    from solver.timeline import bars
+
+    named = NamedRequest("grads", REQ, 64 << 20)
+    program = Program(tuple(Step(op, tuple(c for c, bit in ((NODE, 1), (GPU, 2)) if mask & bit)) for op, mask in HIER), 4)
+    seq, seq_total = bars(P8, named, program.sequential(), 1, CostModelKind.ALPHA_BETA)
+    piped, total = bars(P8, named, program, 4, CostModelKind.ALPHA_BETA)
+    assert max(b.start + b.length for b in seq) == pytest.approx(seq_total, rel=1e-12)
+    assert max(b.start + b.length for b in piped) == pytest.approx(total, rel=1e-12) and total < seq_total
+    assert {b.piece for b in piped} == {0, 1, 2, 3} and {b.step for b in piped} == {0, 1, 2}
+    for step in range(3):  # one step of two pieces never runs at once: the period is at least every step
+        spans = sorted((b.start, b.start + b.length) for b in piped if b.step == step and b.level == piped[0].level)
+        assert all(a[1] <= b[0] * (1 + 1e-12) for a, b in zip(spans, spans[1:]))
+
+
+def test_cli_timeline_writes_a_png_and_refuses_without_matplotlib(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.runtime_support import ROOT
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"hierarchy": H.model_dump(mode="json", exclude_none=True), "axes": [{"name": "data", "size": 8}],
+                                "request": {"axes": ["data"]}, "message_bytes": 64 << 20}))
+    png = tmp_path / "t.png"
+    r = subprocess.run([sys.executable, "-m", "solver.run", str(spec), "--quiet", "--timeline", str(png)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    blocked = "import sys; sys.modules['matplotlib'] = None; from solver.run import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run([sys.executable, "-c", blocked, str(spec), "--timeline", str(tmp_path / "u.png")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip() == "error: --timeline needs matplotlib: pip install -e '.[plot]'"
+    assert not (tmp_path / "u.png").exists()
