@@ -36,8 +36,8 @@ import numpy as np
 
 from hierarchies.program import RawProgram
 from hierarchies.statespace import StateSpace
-from solver.cost import PY, pipeline_period, pipelined_seconds
-from solver.explicit import EdgeCosts, Successors, successors_by_state
+from solver.cost import PY, pipelined_seconds
+from solver.explicit import EdgeCosts, Successors, successors_by_state, windows
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
 _SLACK = 1e-12    # float rounding between the table and the sums it bounds
@@ -55,7 +55,8 @@ def check(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], asked: 
     cost, recomputed from the step costs. `rows`: the state space's steps by
     state, if the caller has them.
     """
-    _check_bellman(costs, h)
+    rows = rows or successors_by_state(costs)
+    _check_bellman(costs, h, rows)
     costs_of = []
     for p in listed:
         state, cost = _walk(costs, p)
@@ -63,28 +64,35 @@ def check(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], asked: 
             raise CertificateError(f"listed program {p} does not reach the goal")
         costs_of.append(cost)
     threshold = max(costs_of) if listed and (asked is None or len(listed) >= asked) else math.inf
-    _check_trie(costs, h, listed, threshold, rows or successors_by_state(costs))
+    _check_trie(costs, h, listed, threshold, rows)
     return costs_of
 
 
-def _check_bellman(costs: EdgeCosts, h: np.ndarray) -> None:
+def _check_bellman(costs: EdgeCosts, h: np.ndarray, rows: Successors | None = None) -> None:
+    rows = rows or successors_by_state(costs)
     space = costs.space
     if h.ndim != 2 or h.shape[0] < 1 or h.shape[1] != space.size:
         raise CertificateError(f"the table has shape {h.shape}, not (steps + 1, {space.size})")
     if np.isnan(h).any():
         raise CertificateError("the table holds NaN")
+    source = _sources(rows)
     for r in range(h.shape[0]):
         if (h[r][space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive bound with {r} steps left")
         if r == 0:
             continue
-        for step, w in zip(space.steps, costs.weights):
-            bound = w + h[r - 1][step.targets]
-            bad = h[r][step.sources] > bound + _SLACK * np.abs(bound)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise CertificateError(f"Bellman inequality fails in state {int(step.sources[i])} with {r} steps left, "
-                                       f"step {step.op.short}/{step.mask:b}")
+        bound = rows.weight + h[r - 1][rows.target]
+        bad = h[r][source] > bound + _SLACK * np.abs(bound)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            step = space.steps[int(rows.step[i])]
+            raise CertificateError(f"Bellman inequality fails in state {int(source[i])} with {r} steps left, "
+                                   f"step {step.op.short}/{step.mask:b}")
+
+
+def _sources(rows: Successors) -> np.ndarray:
+    """The state each row of `rows` starts from."""
+    return np.repeat(np.arange(rows.offsets.size - 1), np.diff(rows.offsets))
 
 
 def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
@@ -135,75 +143,109 @@ def _check_trie(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], t
                                        f"cheaper than the list's last ({bound[i]:.6g} < {threshold:.6g})")
 
 
-def check_bottleneck(costs: EdgeCosts, b: np.ndarray) -> None:
+def check_bottleneck(costs: EdgeCosts, b: np.ndarray, rows: Successors | None = None) -> None:
     """``b[r][s]`` bounds from below the slowest step of every completion from `s` in `r` steps: ``b <= 0`` at a
     goal and ``b[r][s] <= max(w, b[r-1][s'])`` for every step; CertificateError otherwise."""
+    rows = rows or successors_by_state(costs)
     space = costs.space
     if b.ndim != 2 or b.shape[1] != space.size or np.isnan(b).any():
         raise CertificateError("the bottleneck table has the wrong shape or holds NaN")
+    source = _sources(rows)
     for r in range(b.shape[0]):
         if (b[r][space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive bottleneck bound with {r} steps left")
-        if r == 0:
-            continue
-        for step, w in zip(space.steps, costs.weights):
-            if (b[r][step.sources] > np.maximum(w, b[r - 1][step.targets])).any():
-                raise CertificateError(f"bottleneck inequality fails with {r} steps left, step {step.op.short}/{step.mask:b}")
+        if r and (b[r][source] > np.maximum(rows.weight, b[r - 1][rows.target])).any():
+            raise CertificateError(f"bottleneck inequality fails with {r} steps left")
 
 
-def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, pieces: int, expanded: Sequence[tuple[int, ...]],
-                    found: dict[RawProgram, float], threshold: float, rows: Successors | None = None) -> None:
+def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = None) -> None:
+    """``t[r][l][s]`` bounds from below level `l`'s traffic in every completion from `s` in `r` steps: ``t <= 0`` at a
+    goal and ``t[r][l][s] <= traffic_l(e) + t[r-1][l][s']`` for every step; CertificateError otherwise."""
+    rows = rows or successors_by_state(costs)
+    space = costs.space
+    if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != rows.traffic.shape[0] or np.isnan(t).any():
+        raise CertificateError("the traffic table has the wrong shape or holds NaN")
+    source = _sources(rows)
+    for r in range(t.shape[0]):
+        if (t[r][:, space.goal] > 0).any():
+            raise CertificateError(f"a goal state has a positive traffic bound with {r} steps left")
+        if r:
+            bound = rows.traffic + t[r - 1][:, rows.target]
+            if (t[r][:, source] > bound + _SLACK * np.abs(bound)).any():
+                raise CertificateError(f"traffic inequality fails with {r} steps left")
+
+
+def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
+                    expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
+                    rows: Successors | None = None) -> None:
     """Check that every program of two or more steps run on `pieces` pieces and not in `found` costs at least `threshold`.
 
     `costs` are the step costs on one piece, with traffic. `expanded` is the
     tree a branch and bound expanded (prefixes as step indices, the empty one
     included); every valid step out of it must lead to a lower bound of at
     least `threshold`: the stages so far, `h` for the rest of the sum, and
-    ``pieces - 1`` periods of at least the period so far and `b` (both tables
-    checked here). Every program inside the tree is either in `found` at its
-    exact cost or costs at least `threshold`. CertificateError otherwise.
+    ``pieces - 1`` periods of at least the period so far, `b`, and each
+    level's traffic so far plus `t`, over the windows of `pieces` steps a
+    program needs (the tables checked here; a program's traffic on a level
+    spreads over at most ``ceil(K / pieces)`` windows, so some window carries
+    that fraction of it). Every program inside the tree is either in `found` at its
+    exact cost (recomputed here with ``solver.cost.pipelined_seconds``) or
+    costs at least `threshold`. CertificateError otherwise.
     """
-    _check_bellman(costs, h)
-    check_bottleneck(costs, b)
     rows = rows or successors_by_state(costs)
+    _check_bellman(costs, h, rows)
+    check_bottleneck(costs, b, rows)
+    check_traffic(costs, t, rows)
     space, K = costs.space, h.shape[0] - 1
+    spread = 1.0 / windows(K, pieces)
     floor = threshold * (1 - TOLERANCE)
     tree = set(expanded)
     if any(q[:-1] not in tree for q in tree if q) or (tree and () not in tree):
         raise CertificateError("the expanded tree does not hold every prefix of its nodes")
     if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
-        root = h[K][space.start] + (pieces - 1) * b[K][space.start]
+        root = h[K][space.start] + (pieces - 1) * max(b[K][space.start], float((t[K][:, space.start] * spread).max(initial=0.0)))
         if not root >= floor:
             raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
         return
-    for q in tree:
-        state, stages, traffic = space.start, [], []
-        for j in q:
-            step = space.steps[j]
-            i = int(np.searchsorted(step.sources, state))
-            if i >= step.sources.size or step.sources[i] != state:
+    # per node: state, its rows, sum of stages, period so far, the last P-1 rows
+    nodes = {(): (space.start, [], 0.0, 0.0, ())}
+    for q in sorted(tree, key=len):
+        if q:
+            state, stages, g, period, recent = nodes[q[:-1]]
+            lo, hi = rows.offsets[state], rows.offsets[state + 1]
+            i = lo + int(np.searchsorted(rows.step[lo:hi], q[-1]))
+            if i >= hi or rows.step[i] != q[-1]:
                 raise CertificateError(f"expanded prefix {q} takes a step that is not valid")
-            stages.append(float(costs.weights[j][i]))
-            traffic.append(costs.traffic[j][:, i])
-            state += step.offset
-        raw = tuple((space.steps[j].op, space.steps[j].mask) for j in q)
+            window = rows.traffic[:, list(recent) + [i]].sum(axis=1)
+            w = float(rows.weight[i])
+            nodes[q] = (int(rows.target[i]), stages + [i], g + w, max(period, w, float(window.max(initial=0.0))),
+                        (recent + (i,))[-(pieces - 1):])
+        state, stages, g, period, recent = nodes[q]
+        carried = rows.traffic[:, stages].sum(axis=1)
         if len(q) >= 2 and space.goal[state]:
-            cost = float(pipelined_seconds(PY, stages, traffic, pieces))
-            if raw in found:
-                if not math.isclose(found[raw], cost, rel_tol=1e-9):
-                    raise CertificateError(f"{raw} on {pieces} pieces costs {cost}, not {found[raw]}")
-            elif not cost >= floor:
-                raise CertificateError(f"{raw} on {pieces} pieces costs {cost:.6g}, less than {threshold:.6g}, but is not listed")
+            _program_in_tree(costs, rows, q, stages, g + (pieces - 1) * period, pieces, found, floor, threshold)
         if len(q) == K:
             continue
-        g = math.fsum(stages)
-        period = float(pipeline_period(PY, stages, traffic, pieces)) if stages else 0.0
-        window = np.sum(traffic[-(pieces - 1):], axis=0) if traffic else np.zeros(rows.traffic.shape[0])
+        window = rows.traffic[:, list(recent)].sum(axis=1) if recent else np.zeros(rows.traffic.shape[0])
         lo, hi = rows.offsets[state], rows.offsets[state + 1]
         w, target = rows.weight[lo:hi], rows.target[lo:hi]
-        child = np.maximum(np.maximum(period, w), (window[:, None] + rows.traffic[:, lo:hi]).max(axis=0))
+        child = np.maximum(np.maximum(period, w), (window[:, None] + rows.traffic[:, lo:hi]).max(axis=0, initial=0.0))
         r = K - len(q) - 1
-        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child, b[r][target])
+        floor_period = np.maximum(b[r][target], ((carried[:, None] + rows.traffic[:, lo:hi] + t[r][:, target]) * spread).max(axis=0, initial=0.0))
+        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child, floor_period)
         for i in np.flatnonzero(~(lower >= floor)).tolist():
             if q + (int(rows.step[lo + i]),) not in tree:
-                raise CertificateError(f"after {raw}, a step leaves the expanded tree with a bound below {threshold:.6g}")
+                raise CertificateError(f"after {q}, a step leaves the expanded tree with a bound below {threshold:.6g}")
+
+
+def _program_in_tree(costs: EdgeCosts, rows: Successors, q: tuple[int, ...], stages: list[int], cost: float, pieces: int,
+                     found: dict[RawProgram, float], floor: float, threshold: float) -> None:
+    """A program inside the expanded tree: listed at its exact cost, or no cheaper than the threshold."""
+    space = costs.space
+    raw = tuple((space.steps[j].op, space.steps[j].mask) for j in q)
+    if raw in found:
+        exact = float(pipelined_seconds(PY, [float(rows.weight[i]) for i in stages], [rows.traffic[:, i] for i in stages], pieces))
+        if not (math.isclose(found[raw], exact, rel_tol=1e-9) and math.isclose(cost, exact, rel_tol=1e-9)):
+            raise CertificateError(f"{raw} on {pieces} pieces costs {exact}, not {found[raw]}")
+    elif not cost >= floor:
+        raise CertificateError(f"{raw} on {pieces} pieces costs {cost:.6g}, less than {threshold:.6g}, but is not listed")

@@ -24,6 +24,7 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -68,17 +69,9 @@ def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = 
     """
     deadline = deadline or Deadline(None)
     C = space.cells
-    yz = space.scattered | (space.rooted << C)
-    ops, slices, keys, inverses = [], [], [], []
-    for step in space.steps:
-        unique, inverse = np.unique(yz[step.sources], return_inverse=True)
-        ops.append(np.full(unique.size, OP_CODES[step.op]))
-        slices.append(np.full(unique.size, step.mask))
-        keys.append(unique)
-        inverses.append(inverse)
+    op, S, key, keys, inverses = _distinct_cases(space)
     if deadline.expired():
         raise SolverTimeout("step costs")
-    op, S, key = np.concatenate(ops), np.concatenate(slices), np.concatenate(keys)
     Y, Z = key & ((1 << C) - 1), key >> C
     bits = lambda a: [(a >> c & 1).astype(bool) for c in range(C)]
     values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, op, bits(S), bits(Y), bits(Z)), dtype=np.float64), op.shape)
@@ -95,47 +88,85 @@ def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = 
     return EdgeCosts(space, tuple(weights), tuple(traffic) if loads is not None else None)
 
 
-def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None) -> np.ndarray:
+@lru_cache(maxsize=32)
+def _distinct_cases(space: StateSpace):
+    """The distinct (step, scattered cells, rooted cells) of a state space, as flat arrays (op codes, slices, Y|Z<<C),
+    with each step's keys and the inverse map from its sources to them: a step's cost depends on nothing else."""
+    C = space.cells
+    yz = space.scattered | (space.rooted << C)
+    ops, slices, keys, inverses = [], [], [], []
+    for step in space.steps:
+        unique, inverse = np.unique(yz[step.sources], return_inverse=True)
+        ops.append(np.full(unique.size, OP_CODES[step.op]))
+        slices.append(np.full(unique.size, step.mask))
+        keys.append(unique)
+        inverses.append(inverse)
+    return np.concatenate(ops), np.concatenate(slices), np.concatenate(keys), tuple(keys), tuple(inverses)
+
+
+def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
+               rows: Successors | None = None) -> np.ndarray:
     """``h[r][s]``: the cheapest way from state `s` to a goal in at most `r` steps (0 at a goal, inf if none).
 
     Shape ``(max_steps + 1, states)``. Backward dynamic programming over the
     steps: ``h[r][s] = min(0 if s is a goal, min over steps (w + h[r-1][s']))``.
     """
-    deadline = deadline or Deadline(None)
-    space = costs.space
-    at_goal = np.where(space.goal, 0.0, np.inf)
-    h = np.empty((max_steps + 1, space.size))
-    h[0] = at_goal
-    for r in range(1, max_steps + 1):
-        if deadline.expired():
-            raise SolverTimeout("explicit search")
-        row = at_goal.copy()
-        for step, w in zip(space.steps, costs.weights):
-            row[step.sources] = np.minimum(row[step.sources], w + h[r - 1][step.targets])
-        h[r] = row
-    return h
+    rows = rows or successors_by_state(costs)
+    return _backward(costs.space, rows.weight, rows, np.add, max_steps, deadline)
 
 
-def bottleneck_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None) -> np.ndarray:
+def bottleneck_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
+                     rows: Successors | None = None) -> np.ndarray:
     """``b[r][s]``: the smallest possible slowest step of a completion from `s` in at most `r` steps (0 at a goal).
 
     The same backward dynamic programming as :func:`cost_to_go` with ``max``
     in place of ``+``: a lower bound on the slowest step still to come, which
     bounds a pipeline's period from below.
     """
+    rows = rows or successors_by_state(costs)
+    return _backward(costs.space, rows.weight, rows, np.maximum, max_steps, deadline)
+
+
+def traffic_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
+                  rows: Successors | None = None) -> np.ndarray:
+    """``t[r][l][s]``: the least traffic level `l` can still carry in a completion from `s` in at most `r` steps.
+
+    Shape ``(max_steps + 1, levels, states)``; each level minimised on its own, so
+    a lower bound for every level at once. The traffic of a whole program on a
+    level spreads over at most ``ceil(steps / P)`` windows of ``P`` consecutive
+    steps, so it bounds a pipeline's period from below too.
+    """
+    rows = rows or successors_by_state(costs)
+    return _backward(costs.space, rows.traffic, rows, np.add, max_steps, deadline)
+
+
+def _backward(space: StateSpace, values: np.ndarray, rows: Successors, combine, max_steps: int,
+              deadline: Deadline | None) -> np.ndarray:
+    """``out[r][..., s] = min(0 at a goal, min over the rows of s of combine(value, out[r-1][..., target]))``.
+
+    `values` holds one value per row (or one per level and row); inf where no
+    completion exists within r steps.
+    """
     deadline = deadline or Deadline(None)
-    space = costs.space
-    at_goal = np.where(space.goal, 0.0, np.inf)
-    b = np.empty((max_steps + 1, space.size))
-    b[0] = at_goal
+    occupied = rows.offsets[:-1] < rows.offsets[1:]
+    starts = rows.offsets[:-1][occupied]
+    lead = values.shape[:-1]
+    at_goal = np.broadcast_to(np.where(space.goal, 0.0, np.inf), lead + (space.size,))
+    out = np.empty((max_steps + 1,) + lead + (space.size,))
+    out[0] = at_goal
     for r in range(1, max_steps + 1):
         if deadline.expired():
             raise SolverTimeout("explicit search")
-        row = at_goal.copy()
-        for step, w in zip(space.steps, costs.weights):
-            row[step.sources] = np.minimum(row[step.sources], np.maximum(w, b[r - 1][step.targets]))
-        b[r] = row
-    return b
+        out[r] = at_goal
+        if starts.size:
+            best = np.minimum.reduceat(combine(values, out[r - 1][..., rows.target]), starts, axis=-1)
+            out[r][..., occupied] = np.minimum(at_goal[..., occupied], best)
+    return out
+
+
+def windows(steps: int, pieces: int) -> int:
+    """How many windows of `pieces` consecutive steps a program of at most `steps` steps needs to cover its steps."""
+    return -(-steps // pieces)
 
 
 @dataclass(frozen=True)
@@ -151,15 +182,21 @@ class Successors:
 
 def successors_by_state(costs: EdgeCosts) -> Successors:
     """The (step, target, weight) rows of every state, in state order (steps in StateSpace order within a state)."""
-    space = costs.space
+    order, offsets, step, target = _rows_layout(costs.space)
+    weight = np.concatenate(costs.weights)[order]
+    traffic = None if costs.traffic is None else np.concatenate(costs.traffic, axis=1)[:, order]
+    return Successors(offsets, step, target, weight, traffic)
+
+
+@lru_cache(maxsize=32)
+def _rows_layout(space: StateSpace) -> tuple[np.ndarray, ...]:
+    """How the state space's steps sort into rows by state: the permutation, offsets, step and target of each row."""
     src = np.concatenate([s.sources for s in space.steps])
     step = np.concatenate([np.full(s.sources.size, j) for j, s in enumerate(space.steps)])
     target = np.concatenate([s.targets for s in space.steps])
-    weight = np.concatenate(costs.weights)
     order = np.argsort(src, kind="stable")
     offsets = np.searchsorted(src[order], np.arange(space.size + 1))
-    traffic = None if costs.traffic is None else np.concatenate(costs.traffic, axis=1)[:, order]
-    return Successors(offsets, step[order], target[order], weight[order], traffic)
+    return order, offsets, step[order], target[order]
 
 
 def cheapest_programs(costs: EdgeCosts, h: np.ndarray, n: int, deadline: Deadline | None = None,
@@ -242,18 +279,20 @@ class Candidates:
     def __init__(self, n: int):
         self.n = n
         self.best: dict[RawProgram, tuple[float, int]] = {}  # program -> (cost, pieces)
+        self._nth: float | None = math.inf
 
     def offer(self, program: RawProgram, pieces: int, cost: float) -> None:
         """Record `program` run on `pieces` pieces at `cost` (kept if cheaper, or as cheap with fewer pieces)."""
         old = self.best.get(program)
         if old is None or (cost, pieces) < old:
             self.best[program] = (cost, pieces)
+            self._nth = None
 
     def nth(self) -> float:
         """The `n`-th cheapest cost (infinity with fewer programs)."""
-        if len(self.best) < self.n:
-            return math.inf
-        return sorted(c for c, _ in self.best.values())[self.n - 1]
+        if self._nth is None:
+            self._nth = math.inf if len(self.best) < self.n else sorted(c for c, _ in self.best.values())[self.n - 1]
+        return self._nth
 
     def bound(self) -> float:
         """What a search may prune above: the n-th cheapest cost, with the tie margin."""
@@ -265,33 +304,37 @@ class Candidates:
         return sorted(((p, k, c) for p, (c, k) in self.best.items() if c <= bound), key=lambda x: (x[2], len(x[0]), x[1]))
 
 
-def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, pieces: int, candidates: Candidates,
+def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int, candidates: Candidates,
                        deadline: Deadline | None = None, rows: Successors | None = None
                        ) -> tuple[list[tuple[int, ...]], dict[RawProgram, float]]:
     """Branch and bound over programs of two or more steps run on `pieces` pieces; what it finds goes to `candidates`.
 
     `costs` are the step costs on one piece (the model at 1/`pieces` of the
-    message) with traffic; `h` and `b` its cost-to-go and bottleneck tables.
-    A partial program's bound: the stages so far, the cheapest completion
-    (`h`), and ``pieces - 1`` periods of at least the period so far and the
-    slowest step still to come (`b`). Returns the partial programs it expanded
-    (step indices into the state space's steps): with the final bound, the
-    certificate ``solver.certificate.check_pipelined`` checks; and the programs it
-    found with their costs on `pieces` pieces.
+    message) with traffic; `h`, `b`, `t` its cost-to-go, bottleneck and
+    traffic-to-go tables. A partial program's bound: the stages so far, the
+    cheapest completion (`h`), and ``pieces - 1`` periods of at least the
+    period so far, the slowest step still to come (`b`), and each level's
+    traffic so far plus its least traffic to come (`t`) spread over the
+    windows of `pieces` steps. Returns the partial programs it expanded (step
+    indices into the state space's steps): with the final bound, the
+    certificate ``solver.certificate.check_pipelined`` checks; and the
+    programs it found with their costs on `pieces` pieces.
     """
     deadline = deadline or Deadline(None)
     space = costs.space
     rows = rows or successors_by_state(costs)
     K = h.shape[0] - 1
     levels = rows.traffic.shape[0]
+    spread = 1.0 / windows(K, pieces)
     tie = itertools.count()
-    empty = np.zeros((0, levels))
-    start = float(h[K][space.start] + (pieces - 1) * b[K][space.start])
-    heap = [(start, next(tie), 0, space.start, 0.0, 0.0, empty, ())]
+    none = np.zeros(levels)
+    start = float(h[K][space.start] + (pieces - 1) * max(b[K][space.start], (t[K][:, space.start] * spread).max(initial=0.0)))
+    # entries: bound, tie, depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
+    heap = [(start, next(tie), 0, space.start, 0.0, 0.0, none, (), ())]
     expanded: list[tuple[int, ...]] = []
     found: dict[RawProgram, float] = {}
     while heap:
-        bound_now, _, depth, state, g, period, recent, prog = heapq.heappop(heap)
+        bound_now, _, depth, state, g, period, carried, recent, prog = heapq.heappop(heap)
         if bound_now > candidates.bound() or not math.isfinite(bound_now):
             break
         if deadline.expired():
@@ -305,13 +348,15 @@ def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, pieces: i
             continue
         lo, hi = rows.offsets[state], rows.offsets[state + 1]
         w, target, load = rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi]
-        window = recent[-(pieces - 1):].sum(axis=0) if pieces > 1 and len(recent) else np.zeros(levels)
-        busiest = (window[:, None] + load).max(axis=0) if levels else np.zeros(hi - lo)
-        child_period = np.maximum(np.maximum(period, w), busiest)
+        window = rows.traffic[:, list(recent)].sum(axis=1) if recent else none
+        child_period = np.maximum(np.maximum(period, w), (window[:, None] + load).max(axis=0, initial=0.0))
+        child_carried = carried[:, None] + load
         r = K - depth - 1
-        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child_period, b[r][target])
+        period_floor = np.maximum(b[r][target], ((child_carried + t[r][:, target]) * spread).max(axis=0, initial=0.0))
+        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
         limit = candidates.bound()
         for i in np.flatnonzero(lower <= limit).tolist():
-            heapq.heappush(heap, (float(lower[i]), next(tie), depth + 1, int(target[i]), float(g + w[i]),
-                                  float(child_period[i]), np.vstack([recent, load[:, i]])[-(pieces - 1):], prog + (int(rows.step[lo + i]),)))
+            row = lo + i
+            heapq.heappush(heap, (float(lower[i]), next(tie), depth + 1, int(target[i]), float(g + w[i]), float(child_period[i]),
+                                  child_carried[:, i], (recent + (row,))[-(pieces - 1):], prog + (int(rows.step[row]),)))
     return expanded, found

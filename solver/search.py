@@ -44,6 +44,7 @@ from solver.explicit import (
     edge_costs,
     successors_by_state,
     tie_key,
+    traffic_to_go,
 )
 from solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 
@@ -234,7 +235,8 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         candidates = Candidates(top)
         for cost, raw in found:
             candidates.offer(raw, 1, cost)
-        for p in (p for p in pieces if p > 1 and max_steps >= 2):
+        # the most pieces first: at large messages they are cheapest, and the bound they leave prunes the others
+        for p in sorted((p for p in pieces if p > 1 and max_steps >= 2), reverse=True):
             _pipelined_top(space, models(p), max_steps, p, candidates, deadline)
     except SolverTimeout:
         return Ranking((), count, False, True)
@@ -248,8 +250,8 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
 def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline: Deadline) -> list[tuple[float, RawProgram]]:
     """The cheapest programs run sequentially, with their certificate checked."""
     costs = edge_costs(space, model, deadline)
-    h = cost_to_go(costs, max_steps, deadline)
     rows = successors_by_state(costs)
+    h = cost_to_go(costs, max_steps, deadline, rows)
     found = cheapest_programs(costs, h, top, deadline, rows)
     try:
         certificate.check(costs, h, [p for _, p in found], top, rows)
@@ -261,12 +263,13 @@ def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline:
 def _pipelined_top(space, model: CostModel, max_steps: int, pieces: int, candidates: Candidates, deadline: Deadline) -> None:
     """Offer `candidates` every program run on `pieces` pieces that could be among them, with the certificate checked."""
     costs = edge_costs(space, model, deadline, with_traffic=True)
-    h = cost_to_go(costs, max_steps, deadline)
-    b = bottleneck_to_go(costs, max_steps, deadline)
     rows = successors_by_state(costs)
-    expanded, found = cheapest_pipelined(costs, h, b, pieces, candidates, deadline, rows)
+    h = cost_to_go(costs, max_steps, deadline, rows)
+    b = bottleneck_to_go(costs, max_steps, deadline, rows)
+    t = traffic_to_go(costs, max_steps, deadline, rows)
+    expanded, found = cheapest_pipelined(costs, h, b, t, pieces, candidates, deadline, rows)
     try:
-        certificate.check_pipelined(costs, h, b, pieces, expanded, found, candidates.nth(), rows)
+        certificate.check_pipelined(costs, h, b, t, pieces, expanded, found, candidates.nth(), rows)
     except certificate.CertificateError as e:
         raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
 

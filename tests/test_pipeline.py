@@ -13,7 +13,7 @@ from hierarchies.statespace import state_space
 from solver import certificate
 from solver.certificate import CertificateError
 from solver.cost import PY, AlphaBeta, pipeline_period, pipelined_seconds, raw_program_cost
-from solver.explicit import Candidates, bottleneck_to_go, cheapest_pipelined, cost_to_go, edge_costs
+from solver.explicit import Candidates, bottleneck_to_go, cheapest_pipelined, cost_to_go, edge_costs, traffic_to_go
 from solver.models import CostModelKind, cost_model
 from solver.search import Proof, solve
 from tests.test_certificate import cases
@@ -94,21 +94,21 @@ def _pipelined_search(pieces=4, top=5):
     space = state_space(AR, 2)
     model = cost_model(P8, REQ, (64 << 20) / pieces)
     costs = edge_costs(space, model, with_traffic=True)
-    h, b = cost_to_go(costs, 4), bottleneck_to_go(costs, 4)
+    h, b, t = cost_to_go(costs, 4), bottleneck_to_go(costs, 4), traffic_to_go(costs, 4)
     cands = Candidates(top)
-    expanded, found = cheapest_pipelined(costs, h, b, pieces, cands)
-    return costs, h, b, expanded, found, cands.nth()
+    expanded, found = cheapest_pipelined(costs, h, b, t, pieces, cands)
+    return costs, h, b, t, expanded, found, cands.nth()
 
 
 def test_the_pipelined_certificate_accepts_the_search():
-    costs, h, b, expanded, found, nth = _pipelined_search()
+    costs, h, b, t, expanded, found, nth = _pipelined_search()
     assert len(found) >= 5 and () in expanded
-    certificate.check_pipelined(costs, h, b, 4, expanded, found, nth)
+    certificate.check_pipelined(costs, h, b, t, 4, expanded, found, nth)
 
 
-@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "bottleneck-too-high", "wrong-cost"])
+@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "bottleneck-too-high", "traffic-too-high", "wrong-cost"])
 def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
-    costs, h, b, expanded, found, nth = _pipelined_search()
+    costs, h, b, t, expanded, found, nth = _pipelined_search()
     cheapest = min(found, key=found.get)
     if fault == "drop-found":
         found = {k: v for k, v in found.items() if k != cheapest}
@@ -118,10 +118,13 @@ def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
     elif fault == "bottleneck-too-high":
         b = b.copy()
         b[3][np.isfinite(b[3]) & (b[3] > 0)] *= 1.5
+    elif fault == "traffic-too-high":
+        t = t.copy()
+        t[3][np.isfinite(t[3]) & (t[3] > 0)] *= 1.5
     else:
         found = {**found, cheapest: found[cheapest] * 0.9}
     with pytest.raises(CertificateError):
-        certificate.check_pipelined(costs, h, b, 4, expanded, found, nth)
+        certificate.check_pipelined(costs, h, b, t, 4, expanded, found, nth)
 
 
 def test_a_pipelined_program_is_checked_as_one_piece_and_reads_back():
