@@ -138,7 +138,7 @@ def test_cli_table_and_json(tmp_path):
     assert doc["world_size"] == 8 and doc["backend"] == "numpy"
     first = doc["results"][0]
     assert first["placement"] == 0 and first["is_default"] and first["bytes"] == 4096 and first["wrong"] == 0
-    assert first["program"] == {"steps": [{"op": "all_reduce", "slice": [["data", "node"], ["data", "core"]]}]}
+    assert first["program"] == {"steps": [{"op": "all_reduce", "slice": [["data", "node"], ["data", "core"]]}], "pipeline": 1}
     for r in doc["results"]:
         assert r["time_s"] > 0 and len(r["repeats_s"]) == 3
         assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
@@ -361,5 +361,5 @@ def test_a_one_device_plan_runs_the_collective_over_the_one_member_group(tmp_pat
     for collective, out in outs.items():
         results = json.loads(out.read_text())["results"]
         assert [(r["bytes"], r["program"], r["wrong"], r["wrong_timed"]) for r in results] == [
-            (4, {"steps": []}, 0, 0), (128, {"steps": []}, 0, 0), (4096, {"steps": []}, 0, 0)]
+            (4, {"steps": [], "pipeline": 1}, 0, 0), (128, {"steps": [], "pipeline": 1}, 0, 0), (4096, {"steps": [], "pipeline": 1}, 0, 0)]
         assert all(r["is_default"] for r in results)
