@@ -204,10 +204,12 @@ EACH = ("import json, shlex, sys; from mpi4py import MPI; from runtime.tune impo
 
 
 def test_bad_arguments_give_one_line_and_exit_2(tmp_path):
-    plan, _, _ = _small_plan(tmp_path, max_steps=2)
+    plan, request, programs = _small_plan(tmp_path, max_steps=2)
+    small = write_plan(tmp_path / "small.json", SMALL, request, pipelined(programs, (4,)), message_bytes=32)
     out = tmp_path / "t.json"
     calls = [f"{plan}", f"{plan} --out {out} --top x", f"{plan} --out {out} --placements 3",
-             f"{tmp_path / 'none.json'} --out {out}", f"{plan} --out {tmp_path / 'no' / 't.json'}", f"{plan} --out {out} --repeats 1"]
+             f"{tmp_path / 'none.json'} --out {out}", f"{plan} --out {tmp_path / 'no' / 't.json'}", f"{plan} --out {out} --repeats 1",
+             f"{small} --out {out}"]
     job = run_mpi(4, ["-c", EACH, *calls], timeout=90)
     assert json.loads(job.stdout.strip().splitlines()[-1]) == [2] * len(calls)
     errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
@@ -218,6 +220,7 @@ def test_bad_arguments_give_one_line_and_exit_2(tmp_path):
         f"error: cannot read plan {quote(str(tmp_path / 'none.json'))}: No such file or directory",
         f"error: --out {tmp_path / 'no' / 't.json'}: folder {tmp_path / 'no'} does not exist",
         "error: argument --repeats: expected an integer >= 2, got '1'",
+        "error: 32 bytes is less than one float32 per piece for 4 chunks in 4 pieces",  # the plan's size, for programs on 4 pieces
     ]
     job = run_mpi(2, ["-m", "runtime.tune", str(plan), "--out", str(out)], timeout=60)
     assert job.returncode == 2
