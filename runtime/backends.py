@@ -8,7 +8,9 @@ rooted call is position 0 of the group (the member with zero slice digits).
 
 * ``numpy``: host arrays and mpi4py's buffer methods (``Allreduce``,
   ``Reduce_scatter_block``, ``Allgather``, ``Reduce``, ``Bcast``,
-  ``Alltoall``), never the pickle-based lower-case calls. Always available.
+  ``Alltoall``), never the pickle-based lower-case calls; a pipelined
+  program's steps use their non-blocking forms (``Iallreduce``, ...). Always
+  available.
 * ``cupy``: device arrays and ``cupy.cuda.nccl``. One GPU per rank: the rank's
   position among the ranks of its node (``COMM_TYPE_SHARED``) picks the GPU.
   Each group's NCCL unique id is made on the group's root and broadcast over
@@ -16,16 +18,23 @@ rooted call is position 0 of the group (the member with zero slice digits).
   one ``send`` and one ``recv`` per member (itself included) inside one
   ``groupStart``/``groupEnd``. Calls are queued on one stream per rank;
   :meth:`Backend.synchronize` waits for it (done before every timer read).
+  A pipelined program queues step ``k`` of every piece on stage stream ``k``,
+  ordered by events (see :class:`StreamLane`).
+
+A *lane* (:class:`Lane`) is where a pipelined program's work goes: the host
+for numpy (steps are MPI requests), a CUDA stream for cupy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
 
+from hierarchies.program import Collective
 from runtime.data import CHECK_DTYPE, DTYPE
 
 NCCL_UNIQUE_ID_BYTES = 128
@@ -70,6 +79,26 @@ class GroupComm(Protocol):
         """Release the group's resources."""
 
 
+class Lane(Protocol):
+    """Where a pipelined program's work queues (runtime/executor.py ``Pipeline``): the host, or one CUDA stream.
+
+    A *pending* is what :meth:`start` and :meth:`mark` return: something a
+    lane can :meth:`wait` for (an MPI request or None; a CUDA event).
+    """
+
+    def run(self, calls: Sequence[Callable[[], None]]) -> None:
+        """Run (numpy) or queue (cupy) the local calls `calls`, in order."""
+
+    def start(self, group: GroupComm, op: Collective, src: Any, dst: Any) -> Any:
+        """Start `op` over `group` from `src` into `dst` without waiting for it; its pending."""
+
+    def mark(self) -> Any:
+        """A pending that is done when the work run or started on this lane so far is."""
+
+    def wait(self, pending: Any) -> None:
+        """Make this lane's later work wait until `pending` is done."""
+
+
 class Backend(Protocol):
     """Buffers and group communicators of one kind."""
 
@@ -96,6 +125,12 @@ class Backend(Protocol):
     def group(self, comm: MPI.Intracomm) -> GroupComm:
         """The group communicator over the members of the MPI sub-communicator `comm`."""
 
+    def main_lane(self) -> Lane:
+        """The lane of sequential work: synchronize waits for it."""
+
+    def stage_lanes(self, count: int) -> tuple[Lane, ...]:
+        """One lane per stage (step) of a pipelined program of `count` steps."""
+
 
 # -- numpy over MPI -------------------------------------------------------------
 
@@ -107,37 +142,69 @@ class MpiGroup:
         self.comm = comm
         self.is_root = comm.Get_rank() == 0
 
-    def all_reduce(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def start(self, op: Collective, src: np.ndarray, dst: np.ndarray) -> MPI.Request:
+        """Start `op` as an MPI-3 non-blocking collective (``Iallreduce``, ``Ireduce_scatter_block``, ...); its request."""
+        return getattr(self, op.value)(src, dst, nonblocking=True)
+
+    # Each collective makes the blocking call, or with nonblocking=True starts the non-blocking one and returns its request.
+
+    def all_reduce(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> MPI.Request | None:
         """Element-wise sum over the group, into every member's `dst`."""
-        self.comm.Allreduce(MPI.IN_PLACE if src is dst else src, dst, op=MPI.SUM)
+        call = self.comm.Iallreduce if nonblocking else self.comm.Allreduce
+        return call(MPI.IN_PLACE if src is dst else src, dst, op=MPI.SUM)
 
-    def reduce_scatter(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def reduce_scatter(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> MPI.Request | None:
         """Sum over the group; member j keeps block j of the sum in `dst`."""
-        self.comm.Reduce_scatter_block(src, dst, op=MPI.SUM)
+        call = self.comm.Ireduce_scatter_block if nonblocking else self.comm.Reduce_scatter_block
+        return call(src, dst, op=MPI.SUM)
 
-    def all_gather(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def all_gather(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> MPI.Request | None:
         """Every member's `src`, concatenated in member order, into every `dst`."""
-        self.comm.Allgather(src, dst)
+        call = self.comm.Iallgather if nonblocking else self.comm.Allgather
+        return call(src, dst)
 
-    def reduce(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def reduce(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> MPI.Request | None:
         """Sum over the group into the root's `dst`."""
+        call = self.comm.Ireduce if nonblocking else self.comm.Reduce
         if self.is_root:
-            self.comm.Reduce(MPI.IN_PLACE if src is dst else src, dst, op=MPI.SUM, root=0)
-        else:
-            self.comm.Reduce(src, None, op=MPI.SUM, root=0)
+            return call(MPI.IN_PLACE if src is dst else src, dst, op=MPI.SUM, root=0)
+        return call(src, None, op=MPI.SUM, root=0)
 
-    def broadcast(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def broadcast(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> MPI.Request | None:
         """The root's `src` into every member's `dst` (MPI broadcasts in place, so the root copies first)."""
         if self.is_root and src is not dst:
             np.copyto(dst, src)
-        self.comm.Bcast(dst, root=0)
+        call = self.comm.Ibcast if nonblocking else self.comm.Bcast
+        return call(dst, root=0)
 
-    def all_to_all(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def all_to_all(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> MPI.Request | None:
         """Block j of `src` to member j; block i of `dst` from member i (out of place)."""
-        self.comm.Alltoall(src, dst)
+        call = self.comm.Ialltoall if nonblocking else self.comm.Alltoall
+        return call(src, dst)
 
     def free(self) -> None:
         """Nothing to release: the executor frees the MPI sub-communicator."""
+
+
+class HostLane:
+    """The numpy backend's lane: local work runs at once; a step is a non-blocking MPI collective, pending until its Wait."""
+
+    def run(self, calls: Sequence[Callable[[], None]]) -> None:
+        """Run `calls` now, in order."""
+        for call in calls:
+            call()
+
+    def start(self, group: MpiGroup, op: Collective, src: np.ndarray, dst: np.ndarray) -> MPI.Request:
+        """Start `op` over `group` (non-blocking); its request."""
+        return group.start(op, src, dst)
+
+    def mark(self) -> None:
+        """Host work is done when it returns: nothing to wait for."""
+
+    def wait(self, pending: MPI.Request | None) -> None:
+        """Complete `pending` (``MPI_Wait``, which also progresses every other outstanding request)."""
+        if pending is not None:
+            pending.Wait()
 
 
 class NumpyBackend:
@@ -172,6 +239,17 @@ class NumpyBackend:
         """The MPI group over `comm`."""
         return MpiGroup(comm)
 
+    def main_lane(self) -> HostLane:
+        """The host."""
+        return _HOST
+
+    def stage_lanes(self, count: int) -> tuple[HostLane, ...]:
+        """The host, `count` times: the steps' requests are what overlaps."""
+        return (_HOST,) * count
+
+
+_HOST = HostLane()
+
 
 # -- cupy over NCCL -------------------------------------------------------------
 
@@ -191,43 +269,74 @@ class NcclGroup:
         self.types = {DTYPE: nccl.NCCL_FLOAT32, CHECK_DTYPE: nccl.NCCL_UINT64}
         self.sum = nccl.NCCL_SUM
 
-    def all_reduce(self, src: Any, dst: Any) -> None:
+    def _on(self, stream: int | None) -> int:
+        """The stream pointer a call goes to: `stream`, else the rank's stream."""
+        return self.stream if stream is None else stream
+
+    def all_reduce(self, src: Any, dst: Any, stream: int | None = None) -> None:
         """Element-wise sum over the group, into every member's `dst`."""
-        self.comm.allReduce(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.sum, self.stream)
+        self.comm.allReduce(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.sum, self._on(stream))
 
-    def reduce_scatter(self, src: Any, dst: Any) -> None:
+    def reduce_scatter(self, src: Any, dst: Any, stream: int | None = None) -> None:
         """Sum over the group; member j keeps block j of the sum in `dst`."""
-        self.comm.reduceScatter(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], self.sum, self.stream)
+        self.comm.reduceScatter(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], self.sum, self._on(stream))
 
-    def all_gather(self, src: Any, dst: Any) -> None:
+    def all_gather(self, src: Any, dst: Any, stream: int | None = None) -> None:
         """Every member's `src`, concatenated in member order, into every `dst`."""
-        self.comm.allGather(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.stream)
+        self.comm.allGather(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self._on(stream))
 
-    def reduce(self, src: Any, dst: Any) -> None:
+    def reduce(self, src: Any, dst: Any, stream: int | None = None) -> None:
         """Sum over the group into the root's `dst`."""
-        self.comm.reduce(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.sum, 0, self.stream)
+        self.comm.reduce(src.data.ptr, dst.data.ptr, src.size, self.types[src.dtype], self.sum, 0, self._on(stream))
 
-    def broadcast(self, src: Any, dst: Any) -> None:
+    def broadcast(self, src: Any, dst: Any, stream: int | None = None) -> None:
         """The root's `src` into every member's `dst` (ncclBroadcast is out of place)."""
-        self.comm.broadcast(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], 0, self.stream)
+        self.comm.broadcast(src.data.ptr, dst.data.ptr, dst.size, self.types[src.dtype], 0, self._on(stream))
 
-    def all_to_all(self, src: Any, dst: Any) -> None:
+    def all_to_all(self, src: Any, dst: Any, stream: int | None = None) -> None:
         """Block j of `src` to member j; block i of `dst` from member i: grouped send/recv, one NCCL group call."""
         members = self.members
         block = src.size // members
         step = block * src.itemsize
         kind = self.types[src.dtype]
+        on = self._on(stream)
         self.nccl.groupStart()
         try:
             for peer in range(members):
-                self.comm.send(src.data.ptr + peer * step, block, kind, peer, self.stream)
-                self.comm.recv(dst.data.ptr + peer * step, block, kind, peer, self.stream)
+                self.comm.send(src.data.ptr + peer * step, block, kind, peer, on)
+                self.comm.recv(dst.data.ptr + peer * step, block, kind, peer, on)
         finally:
             self.nccl.groupEnd()
 
     def free(self) -> None:
         """Destroy the NCCL communicator."""
         self.comm.destroy()
+
+
+class StreamLane:
+    """The cupy backend's lane: one CUDA stream; local work and NCCL calls are queued on it, events order lanes."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def run(self, calls: Sequence[Callable[[], None]]) -> None:
+        """Queue `calls` (CuPy kernels and copies) on this lane's stream."""
+        with self.stream:
+            for call in calls:
+                call()
+
+    def start(self, group: NcclGroup, op: Collective, src: Any, dst: Any) -> Any:
+        """Queue `op` over `group` on this lane's stream; the event recorded after it."""
+        getattr(group, op.value)(src, dst, stream=self.stream.ptr)
+        return self.mark()
+
+    def mark(self) -> Any:
+        """An event recorded on the stream now: done when everything queued so far is."""
+        return self.stream.record()
+
+    def wait(self, pending: Any) -> None:
+        """Later work on this stream waits for the event `pending` (the host does not wait)."""
+        self.stream.wait_event(pending)
 
 
 class CupyBackend:
@@ -258,6 +367,7 @@ class CupyBackend:
         self.device.use()
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
+        self.stage_streams: list[Any] = []
 
     def empty(self, count: int, dtype: np.dtype = DTYPE) -> Any:
         """A new device array."""
@@ -287,6 +397,16 @@ class CupyBackend:
     def group(self, comm: MPI.Intracomm) -> NcclGroup:
         """The NCCL group over `comm`'s members."""
         return NcclGroup(comm, self.nccl, self.stream)
+
+    def main_lane(self) -> StreamLane:
+        """The rank's stream (sequential programs, the split and the merge of pipelined ones)."""
+        return StreamLane(self.stream)
+
+    def stage_lanes(self, count: int) -> tuple[StreamLane, ...]:
+        """One non-blocking stream per pipeline stage, made on first use and kept (stage k of every program shares one)."""
+        while len(self.stage_streams) < count:
+            self.stage_streams.append(self.cupy.cuda.Stream(non_blocking=True))
+        return tuple(StreamLane(s) for s in self.stage_streams[:count])
 
 
 def make_backend(kind: BackendKind, world: MPI.Intracomm) -> Backend:

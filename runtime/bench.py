@@ -128,11 +128,12 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> Job:
     sizes = args.bytes or (selection.message_bytes,)
     group_size = reduction_group(placement, request, 0).size
     for nbytes in sizes:
-        index_bits(devices, element_count(nbytes, group_size))
+        index_bits(devices, element_count(nbytes, group_size, selection.pieces))
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     faults: tuple[Fault | None, ...] = ()
     if args.inject is not None:
-        faults = tuple(place_fault(args.inject, placement, request, plan_layout(placement, request, c.program)) for c in selection.candidates)
+        faults = tuple(place_fault(args.inject, placement, request, plan_layout(placement, request, c.program), c.program.pipeline)
+                       for c in selection.candidates)
         if not any(faults):
             raise PlanFileError(
                 f"--inject {args.inject} applies to none of the {len(faults)} selected program(s): it needs {args.inject.needs}; "
@@ -226,7 +227,7 @@ def sweep(job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory = 
     with Progress(console=console, transient=True, auto_refresh=False, disable=not enabled) as progress:
         task = progress.add_task("runs", total=runs)
         for nbytes in job.sizes:
-            count = element_count(nbytes, group.size)
+            count = element_count(nbytes, group.size, sel.pieces)
             wrongs = runner.check_all(count, (None,) * len(sel.candidates))
             buffers = Buffers(backend, collective, count, group.size)
             backend.upload(timed_input(collective, group, count), buffers.get(Role.SEND))
@@ -266,7 +267,7 @@ def inject_sweep(job: Job, backend: Backend, world: MPI.Intracomm, data: DataFac
     sites = [None if f is None else f.describe(sel.placement, p) for f, p in zip(job.faults, plans)]
     results: list[InjectResult] = []
     for nbytes in job.sizes:
-        count = element_count(nbytes, runner.group.size)
+        count = element_count(nbytes, runner.group.size, sel.pieces)
         wrongs = runner.check_all(count, job.faults)
         for cand, text, site, wrong in zip(sel.candidates, runner.texts, sites, wrongs):
             result = InjectResult(

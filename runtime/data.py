@@ -206,12 +206,17 @@ def recv_count(collective: Collective, count: int, group_size: int) -> int:
     return count // group_size if collective is Collective.REDUCE_SCATTER else count
 
 
-def element_count(nbytes: int, group_size: int) -> int:
-    """Elements of a message of about `nbytes`: rounded down to a whole number of chunks.
+def element_count(nbytes: int, group_size: int, pieces: int = 1) -> int:
+    """Elements of a message of about `nbytes`: rounded down to a whole number of chunks, each of `pieces` equal pieces.
 
-    Raises ValueError when the message holds less than one element per chunk.
+    `pieces` is what a pipelined program cuts every chunk into (1: not
+    pipelined). Raises ValueError when the message holds less than one element
+    per chunk (per piece of a chunk).
     """
-    count = nbytes // ITEMSIZE // group_size * group_size
+    unit = group_size * pieces
+    count = nbytes // ITEMSIZE // unit * unit
     if count == 0:
-        raise ValueError(f"{nbytes} bytes is less than one float32 per chunk for {group_size} chunks")
+        if pieces == 1:
+            raise ValueError(f"{nbytes} bytes is less than one float32 per chunk for {group_size} chunks")
+        raise ValueError(f"{nbytes} bytes is less than one float32 per piece for {group_size} chunks in {pieces} pieces")
     return count

@@ -18,11 +18,20 @@ with no steps (a request whose axes have size 1, so its reduction group is the
 rank alone) compiles to one call of the requested collective over the
 one-member group of the empty slice. With a :class:`~runtime.faults.Fault`,
 compile makes the calls of that fault instead of the struck action's.
+
+A pipelined program (``Program.pipeline = P > 1``; docs/runtime.md,
+"Pipelined programs") cuts every chunk into P equal pieces: a local copy
+(the *split*) puts the input piece-major, piece ``p`` being the ``p``-th
+contiguous segment of each buffer, every piece runs the program's layout plan
+on its own segments with chunks of ``chunk / P`` elements, and a last copy
+(the *merge*) puts the output back in chunk order, so the buffers arrive and
+leave as for the sequential program. The pieces' steps run as a wavefront of
+non-blocking collectives (:class:`Pipeline`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -32,9 +41,9 @@ from mpi4py import MPI
 
 from hierarchies.placement import Cell, Placement
 from hierarchies.program import Collective, Program, Request
-from runtime.backends import Backend, GroupComm
+from runtime.backends import Backend, GroupComm, Lane
 from runtime.data import DTYPE, recv_count, send_count
-from runtime.faults import Fault, FaultKind, faulty_exchange, group_size
+from runtime.faults import Call, Fault, FaultKind, faulty_exchange, group_size
 from runtime.layout import (
     Exchange,
     Layout,
@@ -47,33 +56,135 @@ from runtime.layout import (
 
 
 class Buffers:
-    """The buffers of one message size on this rank: send, receive and (when needed) two scratch buffers."""
+    """The buffers of one message size on this rank: send, receive and (when needed) two scratch buffers.
+
+    Pipelined programs also use ``PIECES_IN`` and ``PIECES_OUT`` (as large as
+    the send and the receive buffer): the same data cut piece-major, piece
+    ``p`` of `pieces` being the ``p``-th contiguous segment of every buffer.
+    """
 
     def __init__(self, backend: Backend, collective: Collective, count: int, group_size: int, dtype: np.dtype = DTYPE):
         self.backend = backend
         self.count = count
         self.chunk = count // group_size
         self.dtype = dtype
-        self._buffers = {
-            Role.SEND: backend.empty(send_count(collective, count, group_size), dtype),
-            Role.RECV: backend.empty(recv_count(collective, count, group_size), dtype),
-        }
+        send, recv = send_count(collective, count, group_size), recv_count(collective, count, group_size)
+        self._sizes = {Role.SEND: send, Role.RECV: recv, Role.PIECES_IN: send, Role.PIECES_OUT: recv}
+        self._buffers = {Role.SEND: backend.empty(send, dtype), Role.RECV: backend.empty(recv, dtype)}
 
     def get(self, role: Role) -> Any:
-        """The buffer of `role`; scratch buffers (a whole message each) are made on first use."""
+        """The buffer of `role`; the others (a whole message each for scratch buffers) are made on first use."""
         if role not in self._buffers:
-            self._buffers[role] = self.backend.empty(self.count, self.dtype)
+            self._buffers[role] = self.backend.empty(self._sizes.get(role, self.count), self.dtype)
         return self._buffers[role]
 
-    def view(self, role: Role, chunks: int) -> Any:
-        """The first `chunks` chunks of the buffer of `role`."""
-        return self.get(role)[: chunks * self.chunk]
+    def view(self, role: Role, chunks: int, piece: int = 0, pieces: int = 1) -> Any:
+        """The first `chunks` chunks of the buffer of `role`; with `pieces` > 1, the first `chunks` piece-chunks
+        (``chunk / pieces`` elements each) of piece `piece`'s segment."""
+        buf = self.get(role)
+        start = piece * (buf.size // pieces)
+        return buf[start : start + chunks * (self.chunk // pieces)]
 
     def poison(self, value: int | float) -> None:
         """Fill every buffer but the input with `value` (one no result may hold), so that nothing stale can pass the check."""
         for role, buf in self._buffers.items():
             if role is not Role.SEND:
                 self.backend.fill(buf, value)
+
+
+@dataclass(frozen=True)
+class StepCalls:
+    """One step of one piece on this rank: local calls (repacks, a fault's), the step's collective from `src` into
+    `dst` over `group` (None where this rank's group is inactive), and local calls once it is done."""
+
+    before: tuple[Call, ...]
+    group: GroupComm | None
+    op: Collective
+    src: Any
+    dst: Any
+    after: tuple[Call, ...] = ()
+
+    def calls(self) -> tuple[Call, ...]:
+        """The step run to completion: its local calls and one blocking collective."""
+        exchange = () if self.group is None else (partial(getattr(self.group, self.op.value), self.src, self.dst),)
+        return self.before + exchange + self.after
+
+
+@dataclass(frozen=True)
+class PieceCalls:
+    """This rank's calls for one piece (the whole buffer when not pipelined): its steps, then the local calls after the last."""
+
+    steps: tuple[StepCalls, ...]
+    tail: tuple[Call, ...]
+
+    def calls(self) -> tuple[Call, ...]:
+        """The piece run step after step, each to completion."""
+        return tuple(c for step in self.steps for c in step.calls()) + self.tail
+
+
+def wavefront(pieces: int, steps: int) -> Iterator[tuple[int, int]]:
+    """The pipeline's schedule: ``(piece, stage)`` pairs in run order, stage ``steps`` being a piece's tail.
+
+    Slot ``t`` runs stage ``k`` of piece ``t - k`` for every valid ``k``,
+    youngest piece first (``k = 0, 1, ..., steps``): piece ``t`` starts its
+    first step before the older pieces wait for their previous one.
+    """
+    for slot in range(pieces + steps):
+        for stage in range(max(0, slot - pieces + 1), min(slot, steps) + 1):
+            yield slot - stage, stage
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipelined program's run on this rank: split the input into pieces, run the pieces' steps as a wavefront, merge.
+
+    Stage ``k`` (step ``k``) of every piece goes to lane ``k`` (the host for
+    numpy, CUDA stream ``k`` for cupy); the piece's tail goes to the last
+    step's lane. Before stage ``k`` of a piece, its lane waits for the piece's
+    step ``k - 1`` (an ``MPI_Wait`` on numpy, an event on cupy), then runs
+    that step's after-calls and its own local calls, then starts step ``k``
+    without waiting for it. The split and the merge run on the main lane,
+    which waits for the last lane before the merge. Every rank starts the
+    collectives in the order of :func:`wavefront`, the same everywhere.
+    """
+
+    pieces: tuple[PieceCalls, ...]
+    split: tuple[Call, ...]
+    merge: tuple[Call, ...]
+    main: Lane
+    lanes: tuple[Lane, ...]
+
+    def run(self) -> None:
+        """Run the program once (on cupy: queued; the backend's synchronize waits for it)."""
+        steps = len(self.lanes)
+        self.main.run(self.split)
+        self.lanes[0].wait(self.main.mark())
+        pending: list[Any] = [None] * len(self.pieces)
+        for piece, stage in wavefront(len(self.pieces), steps):
+            calls = self.pieces[piece]
+            lane = self.lanes[min(stage, steps - 1)]
+            after: tuple[Call, ...] = ()
+            if stage > 0:
+                lane.wait(pending[piece])
+                after = calls.steps[stage - 1].after
+            if stage == steps:
+                lane.run(after + calls.tail)
+                continue
+            step = calls.steps[stage]
+            lane.run(after + step.before)
+            pending[piece] = lane.mark() if step.group is None else lane.start(step.group, step.op, step.src, step.dst)
+        self.main.wait(self.lanes[-1].mark())
+        self.main.run(self.merge)
+
+
+def split_pieces(backend: Backend, src: Any, dst: Any, chunks: int, pieces: int) -> Call:
+    """The local copy that cuts `src` (`chunks` chunks) into `pieces` piece-major segments in `dst`."""
+    return partial(backend.transpose, src, dst, (chunks, pieces, src.size // (chunks * pieces)), (1, 0, 2))
+
+
+def merge_pieces(backend: Backend, src: Any, dst: Any, chunks: int, pieces: int) -> Call:
+    """The local copy that puts the `pieces` piece-major segments of `src` back in chunk order into `dst`."""
+    return partial(backend.transpose, src, dst, (pieces, chunks, src.size // (chunks * pieces)), (1, 0, 2))
 
 
 @dataclass(frozen=True)
@@ -124,42 +235,70 @@ class Executor:
         return plan_layout(self.placement, self.request, program)
 
     def compile(self, program: Program, buffers: Buffers, fault: Fault | None = None) -> CompiledProgram:
-        """This rank's calls for `program` on `buffers`, with `fault` if given (its slices must be connected)."""
-        collective = self.request.collective
+        """This rank's calls for `program` on `buffers`, with `fault` if given (its slices must be connected).
+
+        A pipelined program (``pipeline = P > 1``) compiles its layout plan once
+        per piece, on that piece's views, and runs as a :class:`Pipeline`; a
+        program with no steps runs its one call whatever its pipeline.
+        """
         if not program.steps:  # the reduction group is this rank alone: one call over the empty slice
-            call = getattr(self._groups[()], collective.value)
+            call = getattr(self._groups[()], self.request.collective.value)
             return CompiledProgram((partial(call, buffers.get(Role.SEND), buffers.get(Role.RECV)),), 0)
         plan = self.layout(program)
+        pieces = program.pipeline
+        if pieces == 1:
+            return CompiledProgram(self._piece(plan, buffers, fault).calls(), plan.transposes)
+        start, end = (held_chunks(self.placement, layout) for layout in (plan.start, plan.end))
+        # a buffer of one chunk is already piece-major: its pieces are read or written in place
+        roles = {Role.SEND: Role.PIECES_IN if start > 1 else Role.SEND, Role.RECV: Role.PIECES_OUT if end > 1 else Role.RECV}
+        split = (split_pieces(self.backend, buffers.get(Role.SEND), buffers.get(Role.PIECES_IN), start, pieces),) if start > 1 else ()
+        merge = (merge_pieces(self.backend, buffers.get(Role.PIECES_OUT), buffers.get(Role.RECV), end, pieces),) if end > 1 else ()
+        pipeline = Pipeline(
+            tuple(self._piece(plan, buffers, fault, piece, pieces, roles) for piece in range(pieces)), split, merge,
+            self.backend.main_lane(), self.backend.stage_lanes(len(program.steps)),
+        )
+        return CompiledProgram((pipeline.run,), plan.transposes)
+
+    def _piece(
+        self, plan: LayoutPlan, buffers: Buffers, fault: Fault | None, piece: int = 0, pieces: int = 1, roles: dict[Role, Role] | None = None,
+    ) -> PieceCalls:
+        """This rank's calls for piece `piece` of `pieces` of the program laid out by `plan` (`roles` renames buffers)."""
+        roles = roles or {}
+        chunk = buffers.chunk // pieces
+        collective = self.request.collective
         rooted = set(self.request.reduced_cells(self.placement)) if collective is Collective.BROADCAST else set()
-        calls: list[Callable[[], None]] = []
+        steps: list[StepCalls] = []
+        local: list[Call] = []  # local calls before the next step
         for index, (action, (src_role, dst_role)) in enumerate(zip(plan.actions, assign_buffers(plan.actions))):
-            src = buffers.view(src_role, held_chunks(self.placement, action.before))
-            dst = src if dst_role is src_role else buffers.view(dst_role, held_chunks(self.placement, action.after))
-            hit = fault if fault is not None and fault.action == index else None
+            src_role, dst_role = roles.get(src_role, src_role), roles.get(dst_role, dst_role)
+            src = buffers.view(src_role, held_chunks(self.placement, action.before), piece, pieces)
+            dst = src if dst_role is src_role else buffers.view(dst_role, held_chunks(self.placement, action.after), piece, pieces)
+            hit = fault if fault is not None and fault.action == index and fault.piece == piece else None
             if not isinstance(action, Exchange):  # a local repack, done by active ranks only
                 if self._all_zero(rooted):
-                    shape, axes = self._permutation(action.before, action.after, buffers.chunk)
+                    shape, axes = self._permutation(action.before, action.after, chunk)
                     if hit is not None and hit.kind is FaultKind.SKIP_REPACK:
                         shape, axes = (src.size,), (0,)  # a plain copy: the chunks keep their order
-                    calls.append(partial(self.backend.transpose, src, dst, shape, axes))
+                    local.append(partial(self.backend.transpose, src, dst, shape, axes))
                 continue
             op = action.step.op
             cells = hit.slice if hit is not None and hit.kind is FaultKind.WRONG_SLICE else action.step.slice
-            if self._all_zero(rooted - set(cells)):
-                # the GroupComm methods are named after the collectives
-                call = getattr(self._groups[cells], op.value)
-                if hit is None:
-                    calls.append(partial(call, src, dst))
-                else:
-                    calls.extend(faulty_exchange(
-                        hit, self.backend, call, src, dst, op=op, blocks=group_size(self.placement, cells),
-                        chunk=buffers.chunk, reads_input=src_role is Role.SEND, rank=self.world.Get_rank(),
-                    ))
+            if not self._all_zero(rooted - set(cells)):
+                steps.append(StepCalls(tuple(local), None, op, src, dst))
+            elif hit is None:
+                steps.append(StepCalls(tuple(local), self._groups[cells], op, src, dst))
+            else:
+                struck = faulty_exchange(
+                    hit, self.backend, src, dst, op=op, blocks=group_size(self.placement, cells),
+                    chunk=chunk, reads_input=src_role in (Role.SEND, Role.PIECES_IN), rank=self.world.Get_rank(),
+                )
+                steps.append(StepCalls(tuple(local) + struck.before, self._groups[cells], op, struck.src, struck.dst, struck.after))
+            local = []
             if op is Collective.REDUCE:
                 rooted |= set(cells)
             elif op is Collective.BROADCAST:
                 rooted -= set(cells)
-        return CompiledProgram(tuple(calls), plan.transposes)
+        return PieceCalls(tuple(steps), tuple(local))
 
     def _all_zero(self, cells: set[Cell]) -> bool:
         """Whether this rank's digits on `cells` are all zero."""

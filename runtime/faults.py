@@ -29,6 +29,11 @@ Rank 0 is active at every step and the root of every group, so a fault on it
 always reaches a checked output. A kind that has nowhere to strike in a
 program (no repack, no summing step, a single reduced cell...) is *not
 applicable* to it: the program then runs without a fault, as a control.
+
+A pipelined program (``Program.pipeline = P > 1``) runs the same layout plan
+on each of its P pieces; the fault strikes the same action of the *last*
+piece (``P - 1``) only, so the check must find a fault confined to 1/P of
+the data while the other pieces run right.
 """
 
 from __future__ import annotations
@@ -82,11 +87,13 @@ _NEEDS = {
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: its kind, the index of the plan action it strikes, and (wrong-slice) the slice run instead."""
+    """One fault: its kind, the index of the plan action it strikes, (wrong-slice) the slice run instead, and the piece it strikes."""
 
     kind: FaultKind
     action: int
     slice: tuple[Cell, ...] = ()
+    piece: int = 0  # of a pipelined program: the last of its `pieces` (numbered from 0)
+    pieces: int = 1
 
     def describe(self, placement: Placement, plan: LayoutPlan) -> str:
         """Where the fault strikes, in words, e.g. ``at RS(data@core): rank 0 drops its contribution``."""
@@ -100,29 +107,40 @@ class Fault:
             FaultKind.DOUBLE_CONTRIBUTION: f"rank {VICTIM} contributes twice",
             FaultKind.WRONG_SLICE: "run over " + ",".join("@".join(placement.cell_name(c)) for c in self.slice),
         }[self.kind]
-        return f"at {where}: {what}"
+        piece = f" in piece {self.piece} of {self.pieces}" if self.pieces > 1 else ""
+        return f"at {where}{piece}: {what}"
 
 
-def place_fault(kind: FaultKind, placement: Placement, request: Request, plan: LayoutPlan) -> Fault | None:
-    """The fault of `kind` for the program laid out by `plan`: at the first action it applies to; None if none."""
+def place_fault(kind: FaultKind, placement: Placement, request: Request, plan: LayoutPlan, pieces: int = 1) -> Fault | None:
+    """The fault of `kind` for the program laid out by `plan` and run on `pieces` pieces: at the first action it
+    applies to, in the last piece; None if none."""
+    where = _first_site(kind, placement, request, plan)
+    if where is None:
+        return None
+    index, other = where
+    return Fault(kind, index, other, pieces - 1, pieces)
+
+
+def _first_site(kind: FaultKind, placement: Placement, request: Request, plan: LayoutPlan) -> tuple[int, tuple[Cell, ...]] | None:
+    """The index of the first action of `plan` that `kind` applies to, with the slice a wrong-slice runs instead."""
     for index, action in enumerate(plan.actions):
         if kind is FaultKind.SKIP_REPACK:
             if isinstance(action, Transpose):
-                return Fault(kind, index)
+                return index, ()
             continue
         if not isinstance(action, Exchange):
             continue
         op = action.step.op
         if kind is FaultKind.SWAP_CHUNKS and held_chunks(placement, action.before) >= 2:
-            return Fault(kind, index)
+            return index, ()
         if kind is FaultKind.REVERSE_BLOCKS and op in BLOCK_ORDER_OPS:
-            return Fault(kind, index)
+            return index, ()
         if kind in (FaultKind.DROP_CONTRIBUTION, FaultKind.DOUBLE_CONTRIBUTION) and op in SUMMING_OPS:
-            return Fault(kind, index)
+            return index, ()
         if kind is FaultKind.WRONG_SLICE:
             other = other_slice(placement, request, action.step.slice, op)
             if other is not None:
-                return Fault(kind, index, other)
+                return index, other
     return None
 
 
@@ -147,30 +165,40 @@ def group_size(placement: Placement, slice_: tuple[Cell, ...]) -> int:
 Call = Callable[[], None]
 
 
+@dataclass(frozen=True)
+class Struck:
+    """One step hit by a fault on this rank: local calls before the collective, its buffers, local calls once it is done."""
+
+    before: tuple[Call, ...]
+    src: Any
+    dst: Any
+    after: tuple[Call, ...]
+
+
 def faulty_exchange(
-    fault: Fault, backend: Backend, call: Callable[[Any, Any], None], src: Any, dst: Any, *,
+    fault: Fault, backend: Backend, src: Any, dst: Any, *,
     op: Collective, blocks: int, chunk: int, reads_input: bool, rank: int,
-) -> list[Call]:
-    """The calls of one step hit by `fault` on this rank (`call(src, dst)` is the step's collective).
+) -> Struck:
+    """What one step hit by `fault` runs on this rank, the step's collective going from `src` into `dst` unless the fault says otherwise.
 
     `blocks` is the step's group size, `chunk` the chunk length in elements,
-    `reads_input` whether `src` is the send buffer (which must survive the run).
+    `reads_input` whether `src` is the input buffer (which must survive the run).
     """
     kind = fault.kind
     if kind is FaultKind.REVERSE_BLOCKS:
         if op is Collective.REDUCE_SCATTER:
-            return [lambda: reverse_blocks(src, blocks), lambda: call(src, dst), lambda: reverse_blocks(src, blocks)]
-        return [lambda: call(src, dst), lambda: reverse_blocks(dst, blocks)]
+            return Struck((lambda: reverse_blocks(src, blocks),), src, dst, (lambda: reverse_blocks(src, blocks),))
+        return Struck((), src, dst, (lambda: reverse_blocks(dst, blocks),))
     if rank != VICTIM or kind is FaultKind.WRONG_SLICE:
-        return [lambda: call(src, dst)]
+        return Struck((), src, dst, ())
     if kind is FaultKind.SWAP_CHUNKS:
         swap = lambda: swap_ends(src, chunk)  # noqa: E731
-        return [swap, lambda: call(src, dst)] + ([swap] if reads_input else [])
+        return Struck((swap,), src, dst, (swap,) if reads_input else ())
     contribution = backend.empty(src.size, src.dtype)
     if kind is FaultKind.DROP_CONTRIBUTION:
         backend.fill(contribution, 0)
-        return [lambda: call(contribution, dst)]
-    return [lambda: double_into(contribution, src), lambda: call(contribution, dst)]  # double-contribution
+        return Struck((), contribution, dst, ())
+    return Struck((lambda: double_into(contribution, src),), contribution, dst, ())  # double-contribution
 
 
 def swap_ends(buf: Any, chunk: int) -> None:

@@ -80,6 +80,11 @@ class LayoutPlan:
     actions: tuple[Action, ...]
 
     @property
+    def end(self) -> Layout:
+        """The layout of the output: after the last action (the start when there is none)."""
+        return self.actions[-1].after if self.actions else self.start
+
+    @property
     def transposes(self) -> int:
         """How many local repacks the program needs."""
         return sum(isinstance(a, Transpose) for a in self.actions)
@@ -153,12 +158,19 @@ def _repacked(placement: Placement, plan: LayoutPlan) -> int:
 
 
 class Role(str, Enum):
-    """The buffers an action reads or writes: input, output, and two scratch buffers."""
+    """The buffers an action reads or writes: input, output, and two scratch buffers.
+
+    A pipelined program (``Program.pipeline > 1``) reads its pieces'
+    input from ``PIECES_IN`` and writes their output to ``PIECES_OUT``, the
+    send and receive buffers re-cut piece by piece (see runtime/executor.py).
+    """
 
     SEND = "send"
     RECV = "recv"
     SCRATCH_A = "scratch_a"
     SCRATCH_B = "scratch_b"
+    PIECES_IN = "pieces_in"
+    PIECES_OUT = "pieces_out"
 
 
 # Calls that can run with the same buffer as input and output.

@@ -8,6 +8,7 @@ systems) before it may run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hierarchies.placement import Placement
@@ -40,6 +41,11 @@ class Selection:
     request_name: str
     message_bytes: int
     candidates: tuple[Candidate, ...]
+
+    @property
+    def pieces(self) -> int:
+        """What every chunk is cut into so that each candidate gets whole pieces: the lcm of their pipelines (1: none pipelined)."""
+        return math.lcm(*(c.program.pipeline for c in self.candidates))
 
 
 def _candidate(p: PlannedProgram, position: int | None) -> Candidate:

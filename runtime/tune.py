@@ -142,7 +142,7 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> tuple[PlanFile, l
             if nbytes <= 0:
                 raise PlanFileError(f"request {r.named.name}: the plan gives no message_bytes to tune at")
             group = reduction_group(sel.placement, sel.request, 0).size
-            index_bits(world.Get_size(), element_count(nbytes, group))
+            index_bits(world.Get_size(), element_count(nbytes, group, sel.pieces))
             tasks.append(Task(sel, nbytes, r.named.count, args.top))
     return plan, tasks
 
@@ -200,7 +200,7 @@ def tune_request(task: Task, backend, world: MPI.Intracomm, config: TimingConfig
     sel = task.selection
     job = Job(sel, (task.nbytes,), config, sel.placement.hierarchy.name, False)
     runner = Runner(job, backend, world, tagged_data)
-    count = element_count(task.nbytes, runner.group.size)
+    count = element_count(task.nbytes, runner.group.size, sel.pieces)
     wrong = runner.check_all(count, (None,) * len(sel.candidates))
     buffers = Buffers(backend, runner.collective, count, runner.group.size)
     backend.upload(timed_input(runner.collective, runner.group, count), buffers.get(Role.SEND))

@@ -12,7 +12,14 @@ against numpy and exactly (bit for bit):
    ``MPI.COMM_SELF``) running each of the six collectives on random float32
    and uint64 data, out of place and, for the calls the runtime makes in place
    (all_reduce, reduce, broadcast), in place: on one rank each result is the input;
-3. bench: ``runtime.bench --backend cupy`` in this process (an MPI singleton)
+3. pipeline: a pipelined program's run (runtime/executor.py ``Pipeline``) on
+   2 and 4 pieces of random float32 and uint64 data: a chain of the six
+   collectives on the one-rank NCCL communicator, one CUDA stream per step,
+   events between a piece's consecutive steps, a local repack (a transpose)
+   before every step but the first and after the last, the split and the merge
+   on the rank's stream; run twice back to back, the output must be the
+   repacks applied to every piece of the input;
+4. bench: ``runtime.bench --backend cupy`` in this process (an MPI singleton)
    on a one-device plan of each collective, whose default is the collective
    over the one-member reduction group: every check run and timed run exact.
 
@@ -26,22 +33,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 from hierarchies import Collective
-from runtime.backends import BackendUnavailable, CupyBackend
+from runtime.backends import BackendUnavailable, CupyBackend, GroupComm
 from runtime.data import CHECK_DTYPE, DTYPE
+from runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces
+from runtime.layout import Role
 
 DTYPES = (DTYPE, CHECK_DTYPE)
 IN_PLACE = (Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST)
 TRANSPOSE_TRIALS = 12
+PIECES = (2, 4)
+PIPELINE_CHUNKS = 4
 
 
 class CheckFailed(Exception):
@@ -85,28 +98,85 @@ def check_buffers(backend: CupyBackend, rng: np.random.Generator) -> int:
     return passed
 
 
-def check_nccl(backend: CupyBackend, rng: np.random.Generator) -> int:
-    """Each collective on a one-rank NCCL communicator, both dtypes; returns the number of checks passed."""
+@contextlib.contextmanager
+def one_rank_group(backend: CupyBackend) -> Iterator[GroupComm]:
+    """The cupy backend's NCCL group over ``MPI.COMM_SELF``, freed afterwards."""
     group = backend.group(MPI.COMM_SELF)
-    passed = 0
     try:
-        for dtype in DTYPES:
-            for collective in Collective:
-                for in_place in (False, True) if collective in IN_PLACE else (False,):
-                    host = random_data(rng, dtype, int(rng.integers(1, 5000)))
-                    src = backend.empty(host.size, dtype)
-                    backend.upload(host, src)
-                    dst = src if in_place else backend.empty(host.size, dtype)
-                    if not in_place:
-                        backend.fill(dst, 0)
-                    getattr(group, collective.value)(src, dst)
-                    backend.synchronize()
-                    where = "in place" if in_place else "out of place"
-                    same(backend.download(dst), host, f"nccl {collective} {dtype} {where} on one rank")
-                    passed += 1
+        yield group
     finally:
         group.free()
+
+
+def check_nccl(backend: CupyBackend, rng: np.random.Generator) -> int:
+    """Each collective on a one-rank NCCL communicator, both dtypes; returns the number of checks passed."""
+    passed = 0
+    with one_rank_group(backend) as group:
+        for dtype, collective in itertools.product(DTYPES, Collective):
+            for in_place in (False, True) if collective in IN_PLACE else (False,):
+                host = random_data(rng, dtype, int(rng.integers(1, 5000)))
+                src = backend.empty(host.size, dtype)
+                backend.upload(host, src)
+                dst = src if in_place else backend.empty(host.size, dtype)
+                if not in_place:
+                    backend.fill(dst, 0)
+                getattr(group, collective.value)(src, dst)
+                backend.synchronize()
+                where = "in place" if in_place else "out of place"
+                same(backend.download(dst), host, f"nccl {collective} {dtype} {where} on one rank")
+                passed += 1
     return passed
+
+
+def chain(backend: CupyBackend, group: GroupComm, buffers: Buffers, piece: int, pieces: int) -> PieceCalls:
+    """Piece `piece` of the pipelined chain: the six collectives in turn, a repack before each but the first and after the last."""
+    chunks = PIPELINE_CHUNKS
+    a, b = (buffers.view(r, chunks, piece, pieces) for r in (Role.SCRATCH_A, Role.SCRATCH_B))
+    first = buffers.view(Role.PIECES_IN, chunks, piece, pieces)
+    out = buffers.view(Role.PIECES_OUT, chunks, piece, pieces)
+    shape = (chunks, a.size // chunks)
+
+    def repack(src, dst):
+        return lambda: backend.transpose(src, dst, shape, (1, 0))
+
+    steps = tuple(StepCalls(() if k == 0 else (repack(a, b),), group, op, first if k == 0 else b, a) for k, op in enumerate(Collective))
+    return PieceCalls(steps, (repack(a, out),))
+
+
+def chain_expected(host: np.ndarray, pieces: int) -> np.ndarray:
+    """What the chain leaves on one rank: every piece of `host` repacked once per collective, merged back."""
+    chunks = PIPELINE_CHUNKS
+    logical = host.reshape(chunks, pieces, -1)
+    out = np.empty_like(logical)
+    for p in range(pieces):
+        x = logical[:, p, :].ravel()
+        for _ in Collective:
+            x = x.reshape(chunks, -1).T.ravel()
+        out[:, p, :] = x.reshape(chunks, -1)
+    return out.ravel()
+
+
+def check_pipeline(backend: CupyBackend, rng: np.random.Generator) -> int:
+    """The pipelined chain on the stage streams, both dtypes, 2 and 4 pieces; returns the number of runs exact."""
+    with one_rank_group(backend) as group:
+        for dtype, pieces in itertools.product(DTYPES, PIECES):
+            count = PIPELINE_CHUNKS * pieces * int(rng.integers(1, 5000))
+            host = random_data(rng, dtype, count)
+            buffers = Buffers(backend, Collective.ALL_REDUCE, count, PIPELINE_CHUNKS, dtype)
+            send, recv = buffers.get(Role.SEND), buffers.get(Role.RECV)
+            backend.upload(host, send)
+            buffers.poison(0)
+            pipeline = Pipeline(
+                tuple(chain(backend, group, buffers, p, pieces) for p in range(pieces)),
+                (split_pieces(backend, send, buffers.get(Role.PIECES_IN), PIPELINE_CHUNKS, pieces),),
+                (merge_pieces(backend, buffers.get(Role.PIECES_OUT), recv, PIPELINE_CHUNKS, pieces),),
+                backend.main_lane(), backend.stage_lanes(len(Collective)),
+            )
+            pipeline.run()
+            pipeline.run()
+            backend.synchronize()
+            same(backend.download(recv), chain_expected(host, pieces), f"pipeline {dtype} on {pieces} pieces of {count // pieces}")
+    return len(DTYPES) * len(PIECES)
 
 
 def one_device_plan(collective: Collective) -> dict:
@@ -149,7 +219,7 @@ def describe(backend: CupyBackend) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the three checks; print one line; 0 ok or skipped, 1 failed."""
+    """Run the four checks; print one line; 0 ok or skipped, 1 failed."""
     p = argparse.ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
     args = p.parse_args(argv)
@@ -165,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         buffers = check_buffers(backend, rng)
         stage = "nccl"
         nccl = check_nccl(backend, rng)
+        stage = "pipeline"
+        pipelined = check_pipeline(backend, rng)
         stage = "bench"
         with tempfile.TemporaryDirectory() as tmp:
             plans = check_bench(Path(tmp))
@@ -175,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: FAILED: {stage}: {type(e).__name__}: {e}")
         return 1
     print(f"gpu_check: ok: {describe(backend)}: buffers {buffers} checks, nccl {nccl} one-rank collectives, "
-          f"bench {plans} one-device plans, all exact, in {time.perf_counter() - start:.1f} s")
+          f"pipeline {pipelined} pipelined runs, bench {plans} one-device plans, all exact, in {time.perf_counter() - start:.1f} s")
     return 0
 
 

@@ -10,8 +10,22 @@ send and its matching receive on one rank), and ``groupEnd`` pairs them in
 order and copies. ``install(broken=OP)``
 makes the communicator's OP copy one element short, to show the check fails.
 
-What this does NOT exercise: device memory and its copies, stream ordering,
-NCCL itself, device selection, and the real CuPy/NCCL constants.
+Streams are deferred, as on a GPU: ``copyto``, ``ndarray.fill``,
+``ndarray.set`` and the NCCL calls are queued on a stream (the current one,
+the one given, or the one whose ``ptr`` a NCCL call names) and run only when
+the host waits (``Stream.synchronize``, ``ndarray.get``). ``Stream.record``
+returns an :class:`Event` that is done once the stream reaches it, and
+``Stream.wait_event`` holds a stream until the event is done. Queued work runs
+one item at a time, from the stream ``install(schedule=...)`` favours among
+those that may run: ``"last"`` (default) the most recently made stream,
+``"first"`` the oldest, so a missing event between two streams lets the
+favoured one run too early and shows in the result. ``LOG`` lists what ran:
+``(stream ptr, what)``, NCCL calls named as NCCL names them.
+
+What this does NOT exercise: device memory and its copies, NCCL itself,
+device selection, the real CuPy/NCCL constants, and concurrency beyond the
+order of queued work. Plain numpy operations on these arrays (indexing,
+``copy()``, the faults' helpers) run at once, not on a stream.
 """
 
 from __future__ import annotations
@@ -19,11 +33,90 @@ from __future__ import annotations
 import ctypes
 import sys
 import types
+from collections import deque
 
 import numpy as np
 
 NCCL_FLOAT32, NCCL_UINT64, NCCL_SUM = 7, 5, 0
 ITEMSIZE = {NCCL_FLOAT32: 4, NCCL_UINT64: 8}
+LOG: list[tuple[int, str]] = []  # (stream ptr, what) of every queued item that ran, in order
+
+
+class Event:
+    """cupy.cuda.Event: done once the stream that recorded it reaches the record."""
+
+    def __init__(self):
+        self.done = False
+
+
+class Stream:
+    """cupy.cuda.Stream: a queue of deferred work (see the module docstring); ``ptr`` tells streams apart."""
+
+    made = 0
+    schedule = "last"
+
+    def __init__(self, non_blocking=False, ptr=None):
+        self.non_blocking = non_blocking
+        if ptr is None:
+            Stream.made += 1
+            ptr = Stream.made
+        self.ptr = ptr
+        self.queue: deque = deque()
+        _STREAMS[ptr] = self
+
+    def use(self):
+        """Make it current."""
+        _CURRENT[-1] = self
+
+    def __enter__(self):
+        _CURRENT.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _CURRENT.pop()
+
+    def enqueue(self, what, work):
+        """Queue `work` (a callable) on this stream, named `what` in LOG."""
+        self.queue.append((what, work))
+
+    def record(self, event=None):
+        """An event done when this stream gets here."""
+        event = event or Event()
+        event.done = False
+        self.enqueue("record", lambda: setattr(event, "done", True))
+        return event
+
+    def wait_event(self, event):
+        """Later work on this stream waits for `event`."""
+        self.queue.append(("wait", event))
+
+    def synchronize(self):
+        """Run every queued item, on every stream (see drain)."""
+        drain()
+
+
+_STREAMS: dict[int, Stream] = {}
+_CURRENT: list[Stream] = []
+
+
+def current() -> Stream:
+    """The current stream (the null stream, ptr 0, until one is used)."""
+    return _CURRENT[-1]
+
+
+def drain():
+    """Run the queued work of every stream, one item at a time from the favoured stream that may run."""
+    while True:
+        ready = [s for s in _STREAMS.values() if s.queue and (s.queue[0][0] != "wait" or s.queue[0][1].done)]
+        if not ready:
+            if any(s.queue for s in _STREAMS.values()):
+                raise RuntimeError("fake streams: every stream with work waits for an event that is never done")
+            return
+        stream = (max if Stream.schedule == "last" else min)(ready, key=lambda s: s.ptr)
+        what, work = stream.queue.popleft()
+        if what != "wait":
+            work()
+            LOG.append((stream.ptr, what))
 
 
 class ndarray(np.ndarray):
@@ -34,12 +127,18 @@ class ndarray(np.ndarray):
         return types.SimpleNamespace(ptr=self.ctypes.data)
 
     def set(self, host, stream=None):
-        """Copy `host` in (cupy.ndarray.set)."""
-        np.copyto(self, host)
+        """Copy `host` in (cupy.ndarray.set), queued on `stream`."""
+        host = np.array(host, copy=True)
+        (stream or current()).enqueue("set", lambda: np.copyto(self.view(np.ndarray), host))
 
     def get(self, stream=None):
-        """A plain numpy copy (cupy.ndarray.get)."""
+        """A plain numpy copy (cupy.ndarray.get), once every queued item has run."""
+        drain()
         return np.array(self, copy=True).view(np.ndarray)
+
+    def fill(self, value):
+        """Set every element to `value`, queued on the current stream."""
+        current().enqueue("fill", lambda: self.view(np.ndarray).fill(value))
 
 
 def empty(count, dtype=np.float32):
@@ -48,8 +147,8 @@ def empty(count, dtype=np.float32):
 
 
 def copyto(dst, src):
-    """cupy.copyto."""
-    np.copyto(dst, src)
+    """cupy.copyto, queued on the current stream."""
+    current().enqueue("copyto", lambda: np.copyto(dst, src))
 
 
 class Device:
@@ -62,21 +161,6 @@ class Device:
         """Make it current (nothing to do)."""
 
 
-class Stream:
-    """cupy.cuda.Stream: host work is synchronous."""
-
-    ptr = 0
-
-    def __init__(self, non_blocking=False):
-        self.non_blocking = non_blocking
-
-    def use(self):
-        """Make it current (nothing to do)."""
-
-    def synchronize(self):
-        """Nothing is queued."""
-
-
 class NcclCommunicator:
     """A one-rank NCCL communicator: every collective copies `count` elements (one short for the broken op)."""
 
@@ -86,33 +170,35 @@ class NcclCommunicator:
         if ranks != 1 or rank != 0 or len(uid) != 128:
             raise ValueError("the fake NCCL supports one rank only")
 
-    def _copy(self, op, send, recv, count, dtype):
+    def _copy(self, op, send, recv, count, dtype, stream):
         count -= op == self.broken
         if send != recv:
-            ctypes.memmove(recv, send, count * ITEMSIZE[dtype])
+            _STREAMS[stream].enqueue(op, lambda: ctypes.memmove(recv, send, count * ITEMSIZE[dtype]))
+        else:
+            _STREAMS[stream].enqueue(op, lambda: None)
 
     def allReduce(self, send, recv, count, dtype, op, stream):  # noqa: N802 (NCCL's names)
-        self._copy("allReduce", send, recv, count, dtype)
+        self._copy("allReduce", send, recv, count, dtype, stream)
 
     def reduceScatter(self, send, recv, count, dtype, op, stream):  # noqa: N802
-        self._copy("reduceScatter", send, recv, count, dtype)
+        self._copy("reduceScatter", send, recv, count, dtype, stream)
 
     def allGather(self, send, recv, count, dtype, stream):  # noqa: N802
-        self._copy("allGather", send, recv, count, dtype)
+        self._copy("allGather", send, recv, count, dtype, stream)
 
     def reduce(self, send, recv, count, dtype, op, root, stream):
-        self._copy("reduce", send, recv, count, dtype)
+        self._copy("reduce", send, recv, count, dtype, stream)
 
     def broadcast(self, send, recv, count, dtype, root, stream):
-        self._copy("broadcast", send, recv, count, dtype)
+        self._copy("broadcast", send, recv, count, dtype, stream)
 
     def send(self, send, count, dtype, peer, stream):
         """Queue a send to `peer` (0, oneself) until groupEnd."""
-        _queue("send", peer, send, count - (self.broken == "send"), dtype)
+        _queue("send", peer, send, count - (self.broken == "send"), dtype, stream)
 
     def recv(self, recv, count, dtype, peer, stream):
         """Queue a receive from `peer` (0, oneself) until groupEnd."""
-        _queue("recv", peer, recv, count, dtype)
+        _queue("recv", peer, recv, count, dtype, stream)
 
     def destroy(self):
         """Nothing to release."""
@@ -121,10 +207,10 @@ class NcclCommunicator:
 _GROUP = {"depth": 0, "send": [], "recv": []}
 
 
-def _queue(kind, peer, ptr, count, dtype):
+def _queue(kind, peer, ptr, count, dtype, stream):
     if _GROUP["depth"] == 0 or peer != 0:
         raise RuntimeError("the fake NCCL's send/recv go to oneself (peer 0) inside groupStart/groupEnd")
-    _GROUP[kind].append((ptr, count, dtype))
+    _GROUP[kind].append((ptr, count, dtype, stream))
 
 
 def group_start():
@@ -133,21 +219,36 @@ def group_start():
 
 
 def group_end():
-    """ncclGroupEnd: at the outermost end, every queued send lands in the matching queued receive, in order."""
+    """ncclGroupEnd: at the outermost end, every queued send lands in the matching queued receive, in order (queued on their stream)."""
     _GROUP["depth"] -= 1
     if _GROUP["depth"]:
         return
-    sends, recvs = _GROUP["send"], _GROUP["recv"]
+    sends, recvs = list(_GROUP["send"]), list(_GROUP["recv"])
+    _GROUP["send"].clear()
+    _GROUP["recv"].clear()
     if len(sends) != len(recvs):
         raise RuntimeError(f"{len(sends)} sends but {len(recvs)} receives in one NCCL group")
-    for (src, count, dtype), (dst, room, _) in zip(sends, recvs):
-        ctypes.memmove(dst, src, min(count, room) * ITEMSIZE[dtype])
-    sends.clear()
-    recvs.clear()
+    if not sends:
+        return
+    if len({s[3] for s in sends + recvs}) != 1:
+        raise RuntimeError("the fake NCCL's grouped send/recv must use one stream")
+
+    def deliver():
+        for (src, count, dtype, _), (dst, room, _, _) in zip(sends, recvs):
+            ctypes.memmove(dst, src, min(count, room) * ITEMSIZE[dtype])
+
+    _STREAMS[sends[0][3]].enqueue("sendrecv", deliver)
 
 
-def install(broken: str | None = None) -> None:
-    """Register the fake modules as cupy, cupy.cuda and cupy.cuda.nccl."""
+def install(broken: str | None = None, schedule: str = "last") -> None:
+    """Register the fake modules as cupy, cupy.cuda and cupy.cuda.nccl; `schedule` is "last" or "first" (see Stream)."""
+    if schedule not in ("last", "first"):
+        raise ValueError(f"schedule must be 'last' or 'first', not {schedule!r}")
+    Stream.schedule = schedule
+    Stream.made = 0
+    _STREAMS.clear()
+    _CURRENT[:] = [Stream(ptr=0)]  # the null stream
+    LOG.clear()
     nccl = types.ModuleType("cupy.cuda.nccl")
     nccl.available = True
     nccl.NCCL_FLOAT32, nccl.NCCL_UINT64, nccl.NCCL_SUM = NCCL_FLOAT32, NCCL_UINT64, NCCL_SUM
@@ -157,7 +258,7 @@ def install(broken: str | None = None) -> None:
     nccl.get_version = lambda: 0
     runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"fake GPU (numpy)"})
     cuda = types.ModuleType("cupy.cuda")
-    cuda.Device, cuda.Stream, cuda.runtime, cuda.nccl = Device, Stream, runtime, nccl
+    cuda.Device, cuda.Stream, cuda.Event, cuda.runtime, cuda.nccl = Device, Stream, Event, runtime, nccl
     cupy = types.ModuleType("cupy")
     cupy.__version__ = "fake"
     cupy.cuda, cupy.ndarray, cupy.empty, cupy.copyto = cuda, ndarray, empty, copyto

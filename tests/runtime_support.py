@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, default_program
@@ -115,6 +115,11 @@ def all_programs(placement: Placement, request: Request, max_steps: int) -> list
     return [to_program(steps, placement, request) for steps in enumerate_programs(request.collective, n, max_steps) if steps]
 
 
+def pipelined(programs: list[Program], pieces: tuple[int, ...]) -> list[Program]:
+    """Every program run on each of the piece counts `pieces` (``Program.pipeline``), the programs in order for each."""
+    return [replace(p, pipeline=n) for n in pieces for p in programs]
+
+
 def plan_json(placement: Placement, request: Request, programs: list[Program], message_bytes: int = 4096) -> dict:
     """A one-placement plan in the solver's result format, programs in the given order."""
     return {
@@ -164,13 +169,14 @@ CASES = {
 }
 
 
-def case_plans(case: str, folder: Path) -> dict[Collective, tuple[Path, Placement, Request, list[Program]]]:
-    """For every collective: the plan file of CASES[case] with all its programs (written into `folder`), and what it holds."""
+def case_plans(case: str, folder: Path, pieces: tuple[int, ...] = (1,)) -> dict[Collective, tuple[Path, Placement, Request, list[Program]]]:
+    """For every collective: the plan file of CASES[case] with all its programs, on each piece count of `pieces`
+    (written into `folder`), and what it holds."""
     placement, axes, max_steps = CASES[case]
     out = {}
     for collective in Collective:
         request = request_of(placement, axes, collective)
-        programs = all_programs(placement, request, max_steps)
+        programs = pipelined(all_programs(placement, request, max_steps), pieces)
         out[collective] = (write_plan(folder / f"{case}-{collective.value}.json", placement, request, programs), placement, request, programs)
     return out
 

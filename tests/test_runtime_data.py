@@ -268,5 +268,13 @@ def test_timed_data_is_ones_and_its_output_the_count_of_summed_inputs():
 def test_element_count_rounds_down_to_whole_chunks():
     assert element_count(4096, 8) == 1024
     assert element_count(100, 8) == 24
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^16 bytes is less than one float32 per chunk for 8 chunks$"):
         element_count(16, 8)
+
+
+def test_element_count_rounds_down_to_whole_pieces_of_every_chunk():
+    assert element_count(1000, 8, 4) == 224  # 250 elements, 7 per piece of a chunk
+    assert element_count(4096, 8, 4) == 1024
+    assert element_count(128, 8, 4) == 32
+    with pytest.raises(ValueError, match="^64 bytes is less than one float32 per piece for 8 chunks in 4 pieces$"):
+        element_count(64, 8, 4)

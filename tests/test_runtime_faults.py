@@ -1,7 +1,8 @@
 """Fault injection (runtime/faults.py, ``runtime.bench --inject``): where each kind applies, and that the check sees it.
 
 The MPI test runs every KIND on every program of the small cases of all six
-collectives (tests/runtime_support.py CASES), one mpiexec job per case, and
+collectives (tests/runtime_support.py CASES), sequential and pipelined on 2
+pieces, one mpiexec job per case, and
 asserts that every run the fault struck is detected and every other program is
 reported not applicable (and ran exact, as a control). scripts/fault_audit.py
 runs the same injections with the data pattern the check used before.
@@ -87,21 +88,25 @@ def test_a_fault_strikes_the_first_action_it_applies_to():
     wrong = place_fault(FaultKind.WRONG_SLICE, SMALL, request, plan)
     assert (wrong.action, wrong.slice) == (0, (core,))  # same group size as node
     assert wrong.describe(SMALL, plan) == "at RS(data@node): run over data@core"
+    piped = place_fault(FaultKind.WRONG_SLICE, SMALL, request, plan, pieces=4)  # the same site, in the last piece
+    assert (piped.action, piped.slice, piped.piece, piped.pieces) == (0, (core,), 3, 4)
+    assert piped.describe(SMALL, plan) == "at RS(data@node) in piece 3 of 4: run over data@core"
 
 
 @pytest.mark.mpi
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_injected_fault_is_detected(case, tmp_path):
+    """Every program run sequentially and on 2 pieces (where the fault strikes the last piece only)."""
     placement, *_ = CASES[case]
-    plans = case_plans(case, tmp_path)
+    plans = case_plans(case, tmp_path, pieces=(1, 2))
     runs, calls = [], []
     for collective, (plan, _, request, programs) in plans.items():
         for kind in FaultKind:
             out = tmp_path / f"{collective.value}-{kind}.out.json"
             runs.append((kind, request, candidates(placement, request, programs), out))
             calls.append(f"{plan} --top all --bytes 1000 --inject {kind} --out {out}")
-    job = run_mpi(placement.num_devices, ["-c", EACH, *calls], timeout=300)
+    job = run_mpi(placement.num_devices, ["-c", EACH, *calls], timeout=600)
     assert job.returncode == 0, job.stderr
     codes = json.loads(job.stdout.splitlines()[-1])
     assert len(codes) == len(runs)
@@ -117,6 +122,7 @@ def test_every_injected_fault_is_detected(case, tmp_path):
         assert [Program.from_json(r["program"], placement) for r in results] == programs
         assert [r["verdict"] for r in results] == ["detected" if w else "not applicable" for w in want]
         assert all((r["wrong"] > 0) == w and (r["fault"] is not None) == w for r, w in zip(results, want))
+        assert all(r["fault"] is None or (" in piece 1 of 2: " in r["fault"]) == (r["program"]["pipeline"] == 2) for r in results)
     errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == none_apply and all(" applies to none of the " in e for e in errors)
 

@@ -30,6 +30,7 @@ from tests.runtime_support import (
     cpu_2x4,
     find_mpiexec,
     gpu_count,
+    pipelined,
     placement_of,
     request_of,
     run_mpi,
@@ -41,27 +42,85 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason
 QUICK = "--top all --bytes 1000 --warmup 0 --iters 1 --repeats 1"
 
 
+PIPELINES = (2, 4)  # the piece counts every program of the small cases also runs on
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_program_of_every_collective_is_exact(case, tmp_path):
+    """Every program, and every program pipelined on 2 and 4 pieces (a second plan per collective, same job), is exact."""
     placement, axes, max_steps = CASES[case]
     group = math.prod(placement.axes[a].size for a in request_of(placement, axes, Collective.ALL_REDUCE).axes)
     calls, expected = [], {}
     for collective in Collective:
         request = request_of(placement, axes, collective)
         programs = all_programs(placement, request, max_steps)
-        plan = write_plan(tmp_path / f"{collective.value}.json", placement, request, programs)
-        out = tmp_path / f"{collective.value}.out.json"
-        calls.append(f"{plan} {QUICK} --out {out}")
-        expected[out] = {default_program(placement, request), *programs}
-    job = run_mpi(placement.num_devices, ["-c", SEVERAL, *calls], timeout=150)
+        for name, listed, unit in ((collective.value, programs, group), (f"{collective.value}-pipelined", pipelined(programs, PIPELINES), 4 * group)):
+            plan = write_plan(tmp_path / f"{name}.json", placement, request, listed)
+            out = tmp_path / f"{name}.out.json"
+            calls.append(f"{plan} {QUICK} --out {out}")
+            expected[out] = ({default_program(placement, request), *listed}, unit)
+    job = run_mpi(placement.num_devices, ["-c", SEVERAL, *calls], timeout=300)
     assert job.returncode == 0, job.stderr
-    for out, programs in expected.items():
+    for out, (programs, unit) in expected.items():
         results = json.loads(out.read_text())["results"]
         ran = {Program.from_json(r["program"], placement) for r in results}
         assert ran == programs and len(results) == len(programs)
         assert [(r["wrong"], r["wrong_timed"]) for r in results] == [(0, 0)] * len(results)
         assert results[0]["is_default"]
-        assert {r["count"] for r in results} == {250 // group * group}  # 1000 bytes, rounded to whole chunks
+        # 1000 bytes, rounded to whole chunks (to whole pieces of every chunk with programs on 2 and 4 pieces)
+        assert {r["count"] for r in results} == {250 // unit * unit}
+    assert " x4 pieces " in job.stdout
+
+
+SAME_AS_SEQUENTIAL = """
+import json, sys
+from dataclasses import replace
+import numpy as np
+from mpi4py import MPI
+from hierarchies import Collective
+from runtime.backends import NumpyBackend
+from runtime.data import CHECK_DTYPE, reduction_group
+from runtime.executor import Buffers, Executor
+from runtime.layout import Role
+from tests.runtime_support import CASES, all_programs, request_of
+world = MPI.COMM_WORLD
+out = {}
+for case in sys.argv[1:]:
+    placement, axes, max_steps = CASES[case]
+    for collective in Collective:
+        request = request_of(placement, axes, collective)
+        programs = all_programs(placement, request, max_steps)
+        ex = Executor(NumpyBackend(), placement, request, world)
+        ex.connect(programs)
+        size = reduction_group(placement, request, world.rank).size
+        bufs = Buffers(ex.backend, collective, size * 4 * 3, size, CHECK_DTYPE)  # 3 elements per piece-chunk at 4 pieces
+        send = bufs.get(Role.SEND)
+        send[:] = np.random.default_rng(world.rank).integers(0, 2**64, send.size, dtype=np.uint64, endpoint=False)
+        differ = 0
+        for program in programs:
+            outputs = []
+            for pieces in (1, 2, 4):
+                bufs.poison(7)
+                ex.compile(replace(program, pipeline=pieces), bufs).run()
+                outputs.append(bufs.get(Role.RECV).copy())
+            differ += any(not np.array_equal(outputs[0], o) for o in outputs[1:])
+        total = world.allreduce(differ)
+        out[f"{case} {collective.value}"] = [len(programs), total]
+        ex.close()
+world.rank == 0 and print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("ranks, cases", [(4, ["4-ranks-data", "4-ranks-model-of-two-axes"]), (8, ["8-ranks-cpu-2x4"])])
+def test_a_pipelined_run_gives_the_sequential_runs_output(ranks, cases):
+    """Random uint64 data (sums exact in any order): every program on 2 and 4 pieces leaves the very buffer it leaves
+    run sequentially, on every rank (the exact test above covers every case; here one 8-rank case keeps the time down)."""
+    job = run_mpi(ranks, ["-c", SAME_AS_SEQUENTIAL, *cases], timeout=300)
+    assert job.returncode == 0, job.stderr
+    compared = json.loads(job.stdout.splitlines()[-1])
+    assert len(compared) == 6 * len(cases)
+    assert {name: differ for name, (_, differ) in compared.items() if differ} == {}
+    assert all(programs > 0 for programs, _ in compared.values())
 
 
 def test_cli_table_and_json(tmp_path):
@@ -223,8 +282,13 @@ def test_bad_arguments_give_one_line_each(tmp_path):
     data["placements"][0]["programs"][1] = {"steps": [{"op": "all_reduce", "slice": [["data", "core"]]}]}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
+    pieces = write_plan(tmp_path / "pieces.json", SMALL, request, pipelined(all_programs(SMALL, request, 2), (4,)))
+    data["placements"][0]["programs"][1] = {**data["placements"][0]["programs"][0], "pipeline": 65}
+    too_many = tmp_path / "too-many.json"
+    too_many.write_text(json.dumps(data))
     calls = [f"{good} --placement 5", f"{bad} --top 3", f"{good} --bytes 3x", f"{tmp_path / 'none.json'}", f"{good} --bytes 8",
-             f"{good} --inject bogus", f"{good} --top 0 --inject skip-repack"]
+             f"{good} --inject bogus", f"{good} --top 0 --inject skip-repack", f"{pieces} --bytes 32:64", f"{pieces} --bytes 48 --inject swap-chunks",
+             f"{too_many}"]
     job = run_mpi(4, ["-c", SEVERAL, *calls], timeout=90)
     assert job.returncode == 2
     assert _errors(job.stderr) == [
@@ -237,6 +301,9 @@ def test_bad_arguments_give_one_line_each(tmp_path):
         "drop-contribution, double-contribution, wrong-slice)",
         "error: --inject skip-repack applies to none of the 1 selected program(s): it needs a local repack; "
         "choose another kind, or more programs (--top all)",
+        "error: 32 bytes is less than one float32 per piece for 4 chunks in 4 pieces",
+        "error: 48 bytes is less than one float32 per piece for 4 chunks in 4 pieces",
+        "error: placement 0: bad entry: a program's pipeline must be between 1 and 64 pieces, not 65",
     ]
 
 

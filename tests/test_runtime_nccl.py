@@ -8,13 +8,18 @@ NCCL itself, device memory and streams (scripts/gpu_check on a GPU machine).
 """
 
 import ctypes
+import sys
 import types
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
-from runtime.backends import NcclGroup
+import tests.fake_cupy as fake_cupy_module
+from hierarchies import Collective
+from runtime.backends import CupyBackend, NcclGroup
 from runtime.data import CHECK_DTYPE, DTYPE
+from scripts.gpu_check import DTYPES, PIECES, check_pipeline
 
 TYPES = {DTYPE: 7, CHECK_DTYPE: 5}
 ITEMSIZE = {7: 4, 5: 8}
@@ -91,3 +96,38 @@ def test_grouped_send_recv_is_an_all_to_all(members, dtype):
     for q in range(members):  # block i of rank q's output: rank i's block q
         want = np.concatenate([src[i][q * block:(q + 1) * block] for i in range(members)])
         assert np.array_equal(dst[q], want)
+
+
+NCCL_NAMES = {Collective.ALL_REDUCE: "allReduce", Collective.REDUCE_SCATTER: "reduceScatter", Collective.ALL_GATHER: "allGather",
+              Collective.REDUCE: "reduce", Collective.BROADCAST: "broadcast", Collective.ALL_TO_ALL: "sendrecv"}
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """tests/fake_cupy.py installed as cupy for this test only (deferred streams, one-rank NCCL)."""
+    for name in ("cupy", "cupy.cuda", "cupy.cuda.nccl"):
+        monkeypatch.setitem(sys.modules, name, None)  # restored (removed) afterwards
+    fake_cupy_module.install()
+    return fake_cupy_module
+
+
+def test_a_pipelined_program_runs_step_k_of_every_piece_on_stage_stream_k(fake_cupy):
+    """scripts/gpu_check's pipelined chain (the six collectives in turn, 2 and 4 pieces, run twice) on the cupy backend:
+    each NCCL call goes to its step's stream; repacks run on the stream of the step they precede (or,
+    after the last, on the last step's); split and merge on the rank's stream; every stage stream records events."""
+    backend = CupyBackend(MPI.COMM_SELF)
+    passed = check_pipeline(backend, np.random.default_rng(0))
+    assert passed == 4
+    main = backend.stream.ptr
+    stages = [s.ptr for s in backend.stage_streams]
+    assert len(stages) == len(Collective) and main not in stages
+    by_stream = {ptr: [what for p, what in fake_cupy.LOG if p == ptr] for ptr in [main, *stages]}
+    pieces = len(DTYPES) * 2 * sum(PIECES)  # pieces run: two runs of each piece count, for each dtype
+    last = len(stages) - 1
+    for k, (op, ptr) in enumerate(zip(Collective, stages)):
+        nccl = [w for w in by_stream[ptr] if w in NCCL_NAMES.values()]
+        assert nccl == [NCCL_NAMES[op]] * pieces, k  # step k of every piece, and nothing else
+        assert by_stream[ptr].count("copyto") == ((k > 0) + (k == last)) * pieces  # its repack; the tail's on the last
+        assert by_stream[ptr].count("record") >= pieces  # an event after each piece's step
+    main_work = [w for w in by_stream[main] if w in ("copyto", *NCCL_NAMES.values())]
+    assert main_work == ["copyto"] * 2 * 2 * len(PIECES) * len(DTYPES)  # a split and a merge per run, no NCCL call

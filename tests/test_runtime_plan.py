@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -26,6 +27,14 @@ def test_select_puts_the_default_first_and_runs_it_once():
     assert sel.candidates[0].program == PROGRAMS[0]  # the flat all_reduce, listed first by the enumerator
     assert [c.position for c in sel.candidates] == [None, 1, 2]
     assert len(select(parse_plan_file(data), 0, None).candidates) == len(PROGRAMS)
+
+
+def test_a_selection_cuts_chunks_into_the_lcm_of_its_programs_pieces():
+    assert select(parse_plan_file(plan_json(PL, REQ, PROGRAMS)), 0, None).pieces == 1
+    mixed = PROGRAMS[:2] + [replace(PROGRAMS[1], pipeline=4), replace(PROGRAMS[2], pipeline=6)]
+    sel = select(parse_plan_file(plan_json(PL, REQ, mixed)), 0, None)
+    assert [c.program.pipeline for c in sel.candidates] == [1, 1, 4, 6] and sel.pieces == 12
+    assert select(parse_plan_file(plan_json(PL, REQ, mixed)), 0, 3).pieces == 4  # only the programs selected count
 
 
 def test_the_cpu_example_shape_round_trips(tmp_path):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from hierarchies import Collective, Hierarchy, Program, default_program
+from hierarchies import Collective, Hierarchy, Program, Step, default_program
 from hierarchies.cli import quote
 from hierarchies.plan_file import load_plan_file
 from tests.runtime_support import (
@@ -22,6 +22,7 @@ from tests.runtime_support import (
     SMALL,
     all_programs,
     find_mpiexec,
+    pipelined,
     placement_of,
     request_of,
     run_mpi,
@@ -33,16 +34,19 @@ QUICK = ["--warmup", "1", "--iters", "2", "--repeats", "8", "--no-refit"]
 
 
 # ---- the tuner under MPI ------------------------------------------------------------------
-def slowed(delays: str) -> str:
-    """A python -c program running runtime.tune on argv[1:], a program of n steps sleeping ``(delays)[n]`` s per run."""
+def slowed(delays: str, key: str = "len(program.steps)", then: str = "") -> str:
+    """A python -c program running runtime.tune on argv[1:], a program sleeping ``(delays)[key]`` s per run (key: of
+    `program`, by default its number of steps); then, if the tuner exits 0, the statements `then`."""
     return (
         "import sys, time, runtime.executor as ex; orig = ex.Executor.compile\n"
         f"delays = {delays}\n"
         "def compile(self, program, buffers, fault=None):\n"
-        "    c = orig(self, program, buffers, fault); d = delays.get(len(program.steps), 0)\n"
+        f"    c = orig(self, program, buffers, fault); d = delays.get({key}, 0)\n"
         "    return ex.CompiledProgram(c.calls + ((lambda: time.sleep(d)),), c.transposes) if d else c\n"
         "ex.Executor.compile = compile\n"
-        "from runtime.tune import main; sys.exit(main(sys.argv[1:]))\n"
+        "from runtime.tune import main; status = main(sys.argv[1:])\n"
+        f"{then}\n"
+        "sys.exit(status)\n"
     )
 
 
@@ -111,6 +115,32 @@ def test_tuner_keeps_the_default_when_nothing_beats_it(tmp_path):
     assert not out.with_suffix(".hierarchy.json").exists()  # --no-refit
 
 
+def test_tuner_measures_pipelined_programs_and_the_bench_runs_its_pick(tmp_path):
+    """The plan lists RS -> AR -> AG sequential and on 2 and 4 pieces; every program run whole sleeps 20 ms, so a
+    pipelined one is the pick; runtime.bench --top 1 on tuned.json (same job) then runs it, exact, and names its pieces."""
+    request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
+    node, core = request.reduced_cells(SMALL)
+    rs_ar_ag = Program((Step(Collective.REDUCE_SCATTER, (core,)), Step(Collective.ALL_REDUCE, (node,)), Step(Collective.ALL_GATHER, (core,))))
+    programs = [rs_ar_ag, *pipelined([rs_ar_ag], (2, 4))]
+    plan = write_plan(tmp_path / "plan.json", SMALL, request, programs, 64 << 10)
+    out, bench = tmp_path / "tuned.json", tmp_path / "bench.json"
+    args = f"{out} --top 1 --bytes 64K --warmup 0 --iters 1 --repeats 1 --out {bench}"
+    then = f"import shlex; from mpi4py import MPI; from runtime.bench import main as bench; MPI.COMM_WORLD.Barrier(); status = status or bench(shlex.split({args!r}))"
+    job = run_mpi(4, ["-c", slowed("{1: 0.02}", "program.pipeline", then),
+                      str(plan), "--out", str(out), "--top", "3", *QUICK], timeout=180)
+    assert job.returncode == 0, job.stderr
+    entry = json.loads(out.read_text())["placements"][0]
+    measured = [p for p in entry["programs"] if "measured_s" in p]
+    assert len(measured) == 3 and {Program.from_json(p, SMALL) for p in measured} == set(programs) and all(p["wrong"] == 0 for p in measured)
+    picked = Program.from_json(entry["picked"], SMALL)
+    assert picked.pipeline in (2, 4) and Program.from_json(entry["programs"][0], SMALL) == picked
+    assert f"x{picked.pipeline} pieces" in job.stdout  # the tuner's summary line names the pick's pieces
+    results = json.loads(bench.read_text())["results"]
+    assert [Program.from_json(r["program"], SMALL) for r in results] == [default_program(SMALL, request), picked]
+    assert [(r["wrong"], r["wrong_timed"]) for r in results] == [(0, 0), (0, 0)] and results[1]["text"].endswith(f" x{picked.pipeline} pieces")
+    assert results[0]["count"] == results[1]["count"] == (64 << 10) // 4  # 16384 elements: whole pieces of 4 chunks already
+
+
 def _workload_plan(path, placements):
     """A two-request workload plan over the 4-device two-axis hierarchy, one entry per given matrix."""
     entries, requests = [], [("grads", ["data"], Collective.ALL_REDUCE, 64 << 10, 3), ("acts", ["model"], Collective.ALL_GATHER, 16 << 10, 1)]
@@ -174,10 +204,12 @@ EACH = ("import json, shlex, sys; from mpi4py import MPI; from runtime.tune impo
 
 
 def test_bad_arguments_give_one_line_and_exit_2(tmp_path):
-    plan, _, _ = _small_plan(tmp_path, max_steps=2)
+    plan, request, programs = _small_plan(tmp_path, max_steps=2)
+    small = write_plan(tmp_path / "small.json", SMALL, request, pipelined(programs, (4,)), message_bytes=32)
     out = tmp_path / "t.json"
     calls = [f"{plan}", f"{plan} --out {out} --top x", f"{plan} --out {out} --placements 3",
-             f"{tmp_path / 'none.json'} --out {out}", f"{plan} --out {tmp_path / 'no' / 't.json'}", f"{plan} --out {out} --repeats 1"]
+             f"{tmp_path / 'none.json'} --out {out}", f"{plan} --out {tmp_path / 'no' / 't.json'}", f"{plan} --out {out} --repeats 1",
+             f"{small} --out {out}"]
     job = run_mpi(4, ["-c", EACH, *calls], timeout=90)
     assert json.loads(job.stdout.strip().splitlines()[-1]) == [2] * len(calls)
     errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
@@ -188,6 +220,7 @@ def test_bad_arguments_give_one_line_and_exit_2(tmp_path):
         f"error: cannot read plan {quote(str(tmp_path / 'none.json'))}: No such file or directory",
         f"error: --out {tmp_path / 'no' / 't.json'}: folder {tmp_path / 'no'} does not exist",
         "error: argument --repeats: expected an integer >= 2, got '1'",
+        "error: 32 bytes is less than one float32 per piece for 4 chunks in 4 pieces",  # the plan's size, for programs on 4 pieces
     ]
     job = run_mpi(2, ["-m", "runtime.tune", str(plan), "--out", str(out)], timeout=60)
     assert job.returncode == 2
