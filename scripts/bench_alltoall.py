@@ -7,11 +7,11 @@ Measuring runs the accuracy machinery (``scripts/accuracy``) on the
 ``alltoall`` suite: for each testbed (4 nodes x 2 ranks on 1 Gbit/s, and 2
 racks x 2 nodes x 2 ranks with 400 Mbit/s between racks) it brings the
 testbed up, calibrates its hierarchy, and runs every all_to_all program of
-every placement with ``runtime.bench`` (each checked exactly) from 4 KiB to
-16 MiB. The flat program is MPI's own ``Alltoall`` over the whole group. The
-table lists, per testbed, placement, request and size, every program's
-measured time (fastest repeat), the simulator's and the alpha-beta model's
-predictions with the report's fitted hierarchy, and each one's speedup over
+every placement with ``runtime.tune`` (each checked exactly, then timed in
+interleaved rounds) from 4 KiB to 16 MiB. The flat program is MPI's own
+``Alltoall`` over the whole group. The table lists, per testbed, placement,
+request and size, every program's measured time (median of its rounds), the
+simulator's and the alpha-beta model's predictions with the report's fitted hierarchy, and each one's speedup over
 the flat all-to-all, measured and predicted. ``--suite alltoall-tiny`` is a
 one-combo smoke run.
 """
