@@ -304,41 +304,69 @@ class Candidates:
         return sorted(((p, k, c) for p, (c, k) in self.best.items() if c <= bound), key=lambda x: (x[2], len(x[0]), x[1]))
 
 
+@dataclass(frozen=True)
+class PipelineTables:
+    """What the branch and bound needs for one piece count: step costs on one piece (with traffic), their rows, and
+    the cost-to-go (`h`), bottleneck (`b`) and traffic-to-go (`t`) tables."""
+
+    pieces: int
+    costs: EdgeCosts
+    rows: Successors
+    h: np.ndarray
+    b: np.ndarray
+    t: np.ndarray
+
+
+def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None = None) -> PipelineTables:
+    """The :class:`PipelineTables` of `costs` (the model at 1/`pieces` of the message, with traffic)."""
+    rows = successors_by_state(costs)
+    return PipelineTables(pieces, costs, rows, cost_to_go(costs, max_steps, deadline, rows),
+                          bottleneck_to_go(costs, max_steps, deadline, rows), traffic_to_go(costs, max_steps, deadline, rows))
+
+
 def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int, candidates: Candidates,
                        deadline: Deadline | None = None, rows: Successors | None = None
                        ) -> tuple[list[tuple[int, ...]], dict[RawProgram, float]]:
-    """Branch and bound over programs of two or more steps run on `pieces` pieces; what it finds goes to `candidates`.
+    """:func:`cheapest_pipelined_all` on one piece count."""
+    tables = PipelineTables(pieces, costs, rows or successors_by_state(costs), h, b, t)
+    return cheapest_pipelined_all([tables], candidates, deadline)[0]
 
-    `costs` are the step costs on one piece (the model at 1/`pieces` of the
-    message) with traffic; `h`, `b`, `t` its cost-to-go, bottleneck and
-    traffic-to-go tables. A partial program's bound: the stages so far, the
-    cheapest completion (`h`), and ``pieces - 1`` periods of at least the
-    period so far, the slowest step still to come (`b`), and each level's
-    traffic so far plus its least traffic to come (`t`) spread over the
-    windows of `pieces` steps. Returns the partial programs it expanded (step
-    indices into the state space's steps): with the final bound, the
-    certificate ``solver.certificate.check_pipelined`` checks; and the
-    programs it found with their costs on `pieces` pieces.
+
+def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates, deadline: Deadline | None = None
+                           ) -> list[tuple[list[tuple[int, ...]], dict[RawProgram, float]]]:
+    """Branch and bound over programs of two or more steps, on every piece count of `tables` at once; what it finds
+    goes to `candidates`.
+
+    One best-first queue holds the partial programs of every piece count, so a
+    node is expanded only while its bound is below what the cheapest programs
+    found so far over all piece counts allow. A partial program's bound: the
+    stages so far, the cheapest completion (`h`), and ``pieces - 1`` periods of
+    at least the period so far, the slowest step still to come (`b`), and each
+    level's traffic so far plus its least traffic to come (`t`) spread over the
+    windows of `pieces` steps. Returns, per table, the partial programs it
+    expanded (step indices into the state space's steps): with the final bound,
+    the certificate ``solver.certificate.check_pipelined`` checks; and the
+    programs it found with their costs on that many pieces.
     """
     deadline = deadline or Deadline(None)
-    space = costs.space
-    rows = rows or successors_by_state(costs)
-    K = h.shape[0] - 1
-    levels = rows.traffic.shape[0]
-    spread = 1.0 / windows(K, pieces)
     tie = itertools.count()
-    none = np.zeros(levels)
-    start = float(h[K][space.start] + (pieces - 1) * max(b[K][space.start], (t[K][:, space.start] * spread).max(initial=0.0)))
-    # entries: bound, tie, depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
-    heap = [(start, next(tie), 0, space.start, 0.0, 0.0, none, (), ())]
-    expanded: list[tuple[int, ...]] = []
-    found: dict[RawProgram, float] = {}
+    heap, out = [], []
+    for k, tab in enumerate(tables):
+        K, space = tab.h.shape[0] - 1, tab.costs.space
+        spread = 1.0 / windows(K, tab.pieces)
+        start = float(tab.h[K][space.start] + (tab.pieces - 1) * max(tab.b[K][space.start], (tab.t[K][:, space.start] * spread).max(initial=0.0)))
+        # entries: bound, tie, table, depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
+        heap.append((start, next(tie), k, 0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()))
+        out.append(([], {}))
+    heapq.heapify(heap)
     while heap:
-        bound_now, _, depth, state, g, period, carried, recent, prog = heapq.heappop(heap)
+        bound_now, _, k, depth, state, g, period, carried, recent, prog = heapq.heappop(heap)
         if bound_now > candidates.bound() or not math.isfinite(bound_now):
             break
         if deadline.expired():
             raise SolverTimeout("explicit search")
+        tab, (expanded, found) = tables[k], out[k]
+        space, rows, pieces, K = tab.costs.space, tab.rows, tab.pieces, tab.h.shape[0] - 1
         expanded.append(prog)
         if depth >= 2 and space.goal[state]:
             raw = tuple((space.steps[j].op, space.steps[j].mask) for j in prog)
@@ -348,15 +376,16 @@ def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.nda
             continue
         lo, hi = rows.offsets[state], rows.offsets[state + 1]
         w, target, load = rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi]
-        window = rows.traffic[:, list(recent)].sum(axis=1) if recent else none
+        window = rows.traffic[:, list(recent)].sum(axis=1) if recent else np.zeros(load.shape[0])
         child_period = np.maximum(np.maximum(period, w), (window[:, None] + load).max(axis=0, initial=0.0))
         child_carried = carried[:, None] + load
         r = K - depth - 1
-        period_floor = np.maximum(b[r][target], ((child_carried + t[r][:, target]) * spread).max(axis=0, initial=0.0))
-        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
+        spread = 1.0 / windows(K, pieces)
+        period_floor = np.maximum(tab.b[r][target], ((child_carried + tab.t[r][:, target]) * spread).max(axis=0, initial=0.0))
+        lower = g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
         limit = candidates.bound()
         for i in np.flatnonzero(lower <= limit).tolist():
             row = lo + i
-            heapq.heappush(heap, (float(lower[i]), next(tie), depth + 1, int(target[i]), float(g + w[i]), float(child_period[i]),
+            heapq.heappush(heap, (float(lower[i]), next(tie), k, depth + 1, int(target[i]), float(g + w[i]), float(child_period[i]),
                                   child_carried[:, i], (recent + (row,))[-(pieces - 1):], prog + (int(rows.step[row]),)))
-    return expanded, found
+    return out

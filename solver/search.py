@@ -37,14 +37,13 @@ from solver import certificate
 from solver.cost import CostModel, pipelined_seconds, raw_program_cost
 from solver.explicit import (
     Candidates,
-    bottleneck_to_go,
-    cheapest_pipelined,
+    cheapest_pipelined_all,
     cheapest_programs,
     cost_to_go,
     edge_costs,
+    pipeline_tables,
     successors_by_state,
     tie_key,
-    traffic_to_go,
 )
 from solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 
@@ -235,9 +234,7 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         candidates = Candidates(top)
         for cost, raw in found:
             candidates.offer(raw, 1, cost)
-        # the most pieces first: at large messages they are cheapest, and the bound they leave prunes the others
-        for p in sorted((p for p in pieces if p > 1 and max_steps >= 2), reverse=True):
-            _pipelined_top(space, models(p), max_steps, p, candidates, deadline)
+        _pipelined_top(space, models, max_steps, [p for p in pieces if p > 1 and max_steps >= 2], candidates, deadline)
     except SolverTimeout:
         return Ranking((), count, False, True)
     kept = tuple(candidates.kept())
@@ -260,18 +257,18 @@ def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline:
     return found
 
 
-def _pipelined_top(space, model: CostModel, max_steps: int, pieces: int, candidates: Candidates, deadline: Deadline) -> None:
-    """Offer `candidates` every program run on `pieces` pieces that could be among them, with the certificate checked."""
-    costs = edge_costs(space, model, deadline, with_traffic=True)
-    rows = successors_by_state(costs)
-    h = cost_to_go(costs, max_steps, deadline, rows)
-    b = bottleneck_to_go(costs, max_steps, deadline, rows)
-    t = traffic_to_go(costs, max_steps, deadline, rows)
-    expanded, found = cheapest_pipelined(costs, h, b, t, pieces, candidates, deadline, rows)
-    try:
-        certificate.check_pipelined(costs, h, b, t, pieces, expanded, found, candidates.nth(), rows)
-    except certificate.CertificateError as e:
-        raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
+def _pipelined_top(space, models, max_steps: int, pieces: list[int], candidates: Candidates, deadline: Deadline) -> None:
+    """Offer `candidates` every program run on any of `pieces` pieces that could be among them (one branch and bound
+    over all piece counts), with each piece count's certificate checked against the final bound."""
+    if not pieces:
+        return
+    tables = [pipeline_tables(edge_costs(space, models(p), deadline, with_traffic=True), p, max_steps, deadline) for p in pieces]
+    searched = cheapest_pipelined_all(tables, candidates, deadline)
+    for tab, (expanded, found) in zip(tables, searched):
+        try:
+            certificate.check_pipelined(tab.costs, tab.h, tab.b, tab.t, tab.pieces, expanded, found, candidates.nth(), tab.rows)
+        except certificate.CertificateError as e:
+            raise VerificationError(f"the pipelined search's certificate does not hold ({tab.pieces} pieces): {e}") from None
 
 
 def state_space_fits(collective, n_cells: int) -> bool:

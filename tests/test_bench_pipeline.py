@@ -1,0 +1,49 @@
+"""scripts/bench_pipeline.py: the plan lists one program on every piece count; the table's ratios are the medians'."""
+
+import json
+
+import pytest
+
+from scripts import bench_pipeline
+
+HIERARCHY = {"name": "cpu-2x4", "levels": [
+    {"name": "node", "count": 2, "bandwidth_GBps": 1.0, "uplink_GBps": 1.0, "latency_us": 20},
+    {"name": "core", "count": 4, "bandwidth_GBps": 8.0, "latency_us": 1}]}
+
+
+def test_the_plan_lists_the_same_program_on_every_piece_count(tmp_path):
+    (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
+    out = tmp_path / "plan.json"
+    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "16M", "--pieces", "4,2",
+                                "--out", str(out)]) == 0
+    programs = json.loads(out.read_text())["placements"][0]["programs"]
+    assert [p["pipeline"] for p in programs] == [4, 2, 1]
+    assert len({json.dumps(p["steps"]) for p in programs}) == 1 and len(programs[0]["steps"]) >= 2
+    # pipelining a multi-step program on a 1 GB/s node link at 16 MiB is predicted faster
+    assert programs[0]["cost_s"] < programs[2]["cost_s"]
+
+
+def _tuned(wrong=0):
+    program = lambda p, s, c: {"steps": [], "pipeline": p, "cost_s": c, "measured_s": s, "measured_ci_s": [s * 0.9, s * 1.1],
+                               "wrong": wrong if p == 2 else 0}
+    return {"message_bytes": 16 << 20, "placements": [{
+        "default": {"steps": [], "cost_s": 1.0, "measured_s": 0.8, "measured_ci_s": [0.7, 0.9], "wrong": 0},
+        "programs": [program(2, 0.25, 0.2), program(1, 0.5, 0.4)]}]}
+
+
+def test_the_table_gives_ratios_of_medians_and_exit_1_on_wrong_elements(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_tuned()))
+    assert bench_pipeline.main(["table", str(path)]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 16 MiB")]
+    assert rows[1] == "| 16 MiB | P = 2 | 250.0 | [225.0, 275.0] | 200.0 | 1.25 | 2.00 | 3.20 | 0 |"
+    assert rows[2] == "| 16 MiB | P = 1 | 500.0 | [450.0, 550.0] | 400.0 | 1.25 | 1.00 | 1.60 | 0 |"
+    path.write_text(json.dumps(_tuned(wrong=3)))
+    assert bench_pipeline.main(["table", str(path)]) == 1
+
+
+@pytest.mark.parametrize("argv", [["plan", "--hierarchy", "/nonexistent.json", "--bytes", "16M", "--out", "x.json"],
+                                  ["plan", "--bytes", "16M"], ["table", "/nonexistent.json"]])
+def test_bad_arguments_give_one_line_and_exit_2(argv, capsys):
+    assert bench_pipeline.main(argv) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
