@@ -41,7 +41,7 @@ class SketchProgram:
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class PieceCosts:
     """How a sketch costs programs run on `pieces` pieces: the model's step time and per-level traffic on one
     piece, and `combine(alg, stages, traffic, pieces)`, the pipeline's time (``solver.cost.pipelined_seconds``)."""
 
@@ -109,7 +109,7 @@ class ProgramSketch:
     """
 
     def __init__(self, collective: Collective, num_cells: int, max_steps: int, step_cost: StepCost | None = None,
-                 pipelines: Sequence[Pipeline] = ()):
+                 pipelines: Sequence[PieceCosts] = ()):
         if num_cells < 1 or max_steps < 1:
             raise ValueError("a sketch needs at least one reduced cell and one step")
         self.collective = collective
@@ -172,7 +172,7 @@ class ProgramSketch:
             terms.append(z3.If(self.used[i], t, z3.RealVal(0)))
         return z3.Sum(terms)
 
-    def _pipelined_cost(self, pipeline: Pipeline) -> z3.ArithRef:
+    def _pipelined_cost(self, pipeline: PieceCosts) -> z3.ArithRef:
         """The time of the sketch's program run on ``pipeline.pieces`` pieces (unused slots: no stage, no traffic)."""
         zero = z3.RealVal(0)
         stages, traffic = [], []

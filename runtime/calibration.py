@@ -169,20 +169,13 @@ class Bench:
 
         rank = self.comm.Get_rank()
         msg = [self.buf[:size], MPI.BYTE]
-        samples = []
-        for i in range(self.warmup + self.iters):
-            self.comm.Barrier()
-            t0 = MPI.Wtime()
+
+        def flow() -> None:
             if rank in senders:
                 self.comm.Send(msg, dest=receivers[senders.index(rank)], tag=TAG_FLOW)
             elif rank in receivers:
                 self.comm.Recv(msg, source=senders[receivers.index(rank)], tag=TAG_FLOW)
-            t = MPI.Wtime() - t0
-            slowest = self.comm.reduce(t, op=MPI.MAX, root=0)
-            if rank == 0 and i >= self.warmup:
-                samples.append(slowest)
-        self.idle_barrier()
-        return samples
+        return self._slowest(flow)
 
     def exchange(self, left: list[int], right: list[int], size: int) -> list[float]:
         """Every rank of `left` and its partner in `right` exchange `size` bytes both ways at once (Sendrecv);
@@ -192,16 +185,25 @@ class Bench:
         rank = self.comm.Get_rank()
         out = [self.buf[:size], MPI.BYTE]
         back = np.empty(size, dtype=np.uint8) if rank in left or rank in right else None
+
+        def both_ways() -> None:
+            if rank in left or rank in right:
+                peer = right[left.index(rank)] if rank in left else left[right.index(rank)]
+                self.comm.Sendrecv(out, dest=peer, sendtag=TAG_FLOW, recvbuf=[back, MPI.BYTE], source=peer, recvtag=TAG_FLOW)
+        return self._slowest(both_ways)
+
+    def _slowest(self, action) -> list[float]:
+        """Run `action` warmup + iters times, each from a common barrier; the slowest rank's time of each timed
+        iteration (filled on rank 0), then an idle barrier."""
+        from mpi4py import MPI
+
         samples = []
         for i in range(self.warmup + self.iters):
             self.comm.Barrier()
             t0 = MPI.Wtime()
-            if rank in left or rank in right:
-                peer = right[left.index(rank)] if rank in left else left[right.index(rank)]
-                self.comm.Sendrecv(out, dest=peer, sendtag=TAG_FLOW, recvbuf=[back, MPI.BYTE], source=peer, recvtag=TAG_FLOW)
-            t = MPI.Wtime() - t0
-            slowest = self.comm.reduce(t, op=MPI.MAX, root=0)
-            if rank == 0 and i >= self.warmup:
+            action()
+            slowest = self.comm.reduce(MPI.Wtime() - t0, op=MPI.MAX, root=0)
+            if self.comm.Get_rank() == 0 and i >= self.warmup:
                 samples.append(slowest)
         self.idle_barrier()
         return samples

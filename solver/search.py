@@ -32,7 +32,7 @@ from hierarchies.statespace import state_space, statuses
 from hierarchies.verify import verifier
 from p2synth_encodings.deadline import Deadline
 from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.programs import Pipeline, ProgramSketch, SemanticsMismatch, prove_step_semantics
+from p2synth_encodings.programs import PieceCosts, ProgramSketch, SemanticsMismatch, prove_step_semantics
 from solver import certificate
 from solver.cost import CostModel, pipelined_seconds, raw_program_cost
 from solver.explicit import (
@@ -278,7 +278,7 @@ def state_space_fits(collective, n_cells: int) -> bool:
 
 def _sketch(collective, n_cells: int, max_steps: int, models, pieces: tuple[int, ...]) -> ProgramSketch:
     """The Z3 sketch with the cost of every piece count in `pieces`."""
-    pipelines = [Pipeline(p, models(p).step_time, models(p).traffic, pipelined_seconds) for p in pieces if p > 1 and max_steps > 1]
+    pipelines = [PieceCosts(p, models(p).step_time, models(p).traffic, pipelined_seconds) for p in pieces if p > 1 and max_steps > 1]
     return ProgramSketch(collective, n_cells, max_steps, models(1).step_time, pipelines)
 
 

@@ -76,13 +76,13 @@ SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthChe
 def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
     """On random hierarchies the explicit search's best (program, pieces) costs what Z3 finds on its own, and Z3's
     unsat over the whole sketch (with every piece count) proves the explicit list."""
-    from p2synth_encodings.programs import Pipeline, ProgramSketch
+    from p2synth_encodings.programs import PieceCosts, ProgramSketch
 
     p, req, size, kind = case
     n = len(req.reduced_cells(p))
     K = 3
     models = lambda k: cost_model(p, req, size / k, kind)
-    pipelines = [Pipeline(k, models(k).step_time, models(k).traffic, pipelined_seconds) for k in pieces if k > 1]
+    pipelines = [PieceCosts(k, models(k).step_time, models(k).traffic, pipelined_seconds) for k in pieces if k > 1]
     (z3_best,) = ProgramSketch(req.collective, n, K, models(1).step_time, pipelines).top(1)
     ours = solve(p, req, size, K, top=3, model_kind=kind, pieces=pieces, proof=Proof.Z3)
     assert ours.optimal and math.isclose(ours.best.cost_s, z3_best.cost, rel_tol=1e-6)
