@@ -15,7 +15,8 @@
    cells); a 65,536-device job. Peak memory is the largest resident set of any
    process of the run, sampled from /proc every 50 ms (Linux).
 3. **One placement** at 4, 6 and 8 reduced cells (``max_steps`` 6, top 10
-   proved), in this process: median and max over the placements with that many
+   proved, every program at its cheapest piece count of the spec's default
+   ``pipeline``, as the sweeps), in this process: median and max over the placements with that many
    cells (at most ``--sample`` of them).
 
 Every sweep's JSON must be complete and every placement proved; the four ways of
@@ -250,7 +251,8 @@ def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Pa
 
 # ---- 3. one placement at 4, 6, 8 cells --------------------------------------------------------------------
 def per_placement(console: Console, sample: int, folder: Path) -> list[tuple]:
-    """(cells, placements timed, median s, max s, target) for one-placement searches, each from scratch."""
+    """(cells, placements timed, median s, max s, target, median sequential-only s, median ratio) for one-placement
+    searches, each from scratch: with the spec's piece counts and sequential only, alternating, so load hits both."""
     out = []
     for cells, axes, target in ((4, ["dp"], ""), (6, ["dp", "tp"], "median < 2 s"), (8, ["dp", "tp", "pp"], "< 30 s")):
         path = folder / f"cells{cells}.json"
@@ -258,14 +260,16 @@ def per_placement(console: Console, sample: int, folder: Path) -> list[tuple]:
         problem = load_problem(path)
         named = problem.requests[0]
         chosen = [m for m in problem.matrices if len(named.request.reduced_cells(problem.placement(m))) == cells][:sample]
-        times = []
+        times, alone = [], []
         for m in chosen:
-            t = time.perf_counter()
-            sol = solve(problem.placement(m), named.request, named.message_bytes, 6, top=10)
-            times.append(time.perf_counter() - t)
-            if not sol.optimal or len(sol.programs) != 10 or not all(r.verified for r in sol.programs):
-                fail(f"{cells} cells: placement {m} not proved with 10 verified programs")
-        out.append((cells, len(times), statistics.median(times), max(times), target))
+            for pieces, into in ((tuple(problem.spec.pipeline), times), ((1,), alone)):
+                t = time.perf_counter()
+                sol = solve(problem.placement(m), named.request, named.message_bytes, 6, top=10, pieces=pieces)
+                into.append(time.perf_counter() - t)
+                if not sol.optimal or len(sol.programs) != 10 or not all(r.verified for r in sol.programs):
+                    fail(f"{cells} cells: placement {m} (pieces {pieces}) not proved with 10 verified programs")
+        ratio = statistics.median(a / b for a, b in zip(times, alone))
+        out.append((cells, len(times), statistics.median(times), max(times), target, statistics.median(alone), ratio))
         console.print(f"  done: {cells} cells", style="dim")
     return out
 
@@ -292,11 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     for label, n, wall, target, peak in rows:
         t.add_row(label, str(n), wall, target, f"{peak} MiB")
     console.print(t)
-    t = Table(title="One placement from scratch, max_steps 6, top 10 proved and verified", title_justify="left")
-    for c in ("reduced cells", "placements", "median", "max", "target"):
+    t = Table(title="One placement from scratch, max_steps 6, top 10 proved and verified (pieces 1,2,4,8,16; "
+                    "sequential only beside it)", title_justify="left")
+    for c in ("reduced cells", "placements", "median", "max", "target", "sequential only, median", "ratio (median)"):
         t.add_column(c, justify="right")
-    for cells_, n, med, worst, target in cells:
-        t.add_row(str(cells_), str(n), f"{med:.2f} s", f"{worst:.2f} s", target)
+    for cells_, n, med, worst, target, seq, ratio in cells:
+        t.add_row(str(cells_), str(n), f"{med:.2f} s", f"{worst:.2f} s", target, f"{seq:.2f} s", f"{ratio:.2f}x")
     console.print(t)
     console.print(f"load average {os.getloadavg()[0]:.1f} at the end", style="dim")
     return 0
