@@ -75,24 +75,44 @@ def _check_bellman(costs: EdgeCosts, h: np.ndarray, rows: Successors | None = No
         raise CertificateError(f"the table has shape {h.shape}, not (steps + 1, {space.size})")
     if np.isnan(h).any():
         raise CertificateError("the table holds NaN")
-    source = _sources(rows)
     for r in range(h.shape[0]):
         if (h[r][space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive bound with {r} steps left")
         if r == 0:
             continue
-        bound = rows.weight + h[r - 1][rows.target]
-        bad = h[r][source] > bound + _SLACK * np.abs(bound)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            step = space.steps[int(rows.step[i])]
-            raise CertificateError(f"Bellman inequality fails in state {int(source[i])} with {r} steps left, "
+        bad = _first_violation(h[r], rows.weight + np.take(h[r - 1], rows.target), rows, _SLACK)
+        if bad is not None:
+            step = space.steps[int(rows.step[bad[1]])]
+            raise CertificateError(f"Bellman inequality fails in state {bad[0]} with {r} steps left, "
                                    f"step {step.op.short}/{step.mask:b}")
 
 
-def _sources(rows: Successors) -> np.ndarray:
-    """The state each row of `rows` starts from."""
-    return np.repeat(np.arange(rows.offsets.size - 1), np.diff(rows.offsets))
+def _first_violation(table: np.ndarray, bound: np.ndarray, rows: Successors, slack: float) -> tuple[int, int] | None:
+    """The first (state, row) where ``table[..., s] > bound[..., row] + slack |bound[..., row]|`` for a row of
+    state `s`, or None when the inequality holds for every row of every state.
+
+    ``b + slack |b|`` grows with ``b``, so the inequality holds for every row of
+    a state exactly when it holds for the smallest bound among them: one
+    ``minimum.reduceat`` over the state-sorted rows, and a row-by-row look
+    only at the first state that fails.
+    """
+    occupied = rows.offsets[:-1] < rows.offsets[1:]
+    starts = rows.offsets[:-1][occupied]
+    if not starts.size:
+        return None
+    least = np.minimum.reduceat(bound, starts, axis=-1)
+    bad = table[..., occupied] > (least + slack * np.abs(least) if slack else least)
+    if bad.ndim > 1:
+        bad = bad.any(axis=tuple(range(bad.ndim - 1)))
+    if not bad.any():
+        return None
+    state = int(np.flatnonzero(occupied)[int(np.flatnonzero(bad)[0])])
+    lo, hi = int(rows.offsets[state]), int(rows.offsets[state + 1])
+    near = bound[..., lo:hi]
+    over = table[..., state, None] > (near + slack * np.abs(near) if slack else near)
+    if over.ndim > 1:
+        over = over.any(axis=tuple(range(over.ndim - 1)))
+    return state, lo + int(np.flatnonzero(over)[0])
 
 
 def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
@@ -150,11 +170,10 @@ def check_bottleneck(costs: EdgeCosts, b: np.ndarray, rows: Successors | None = 
     space = costs.space
     if b.ndim != 2 or b.shape[1] != space.size or np.isnan(b).any():
         raise CertificateError("the bottleneck table has the wrong shape or holds NaN")
-    source = _sources(rows)
     for r in range(b.shape[0]):
         if (b[r][space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive bottleneck bound with {r} steps left")
-        if r and (b[r][source] > np.maximum(rows.weight, b[r - 1][rows.target])).any():
+        if r and _first_violation(b[r], np.maximum(rows.weight, np.take(b[r - 1], rows.target)), rows, 0.0) is not None:
             raise CertificateError(f"bottleneck inequality fails with {r} steps left")
 
 
@@ -165,14 +184,11 @@ def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = Non
     space = costs.space
     if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != rows.traffic.shape[0] or np.isnan(t).any():
         raise CertificateError("the traffic table has the wrong shape or holds NaN")
-    source = _sources(rows)
     for r in range(t.shape[0]):
         if (t[r][:, space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive traffic bound with {r} steps left")
-        if r:
-            bound = rows.traffic + t[r - 1][:, rows.target]
-            if (t[r][:, source] > bound + _SLACK * np.abs(bound)).any():
-                raise CertificateError(f"traffic inequality fails with {r} steps left")
+        if r and _first_violation(t[r], rows.traffic + np.take(t[r - 1], rows.target, axis=-1), rows, _SLACK) is not None:
+            raise CertificateError(f"traffic inequality fails with {r} steps left")
 
 
 def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,

@@ -159,7 +159,7 @@ def _backward(space: StateSpace, values: np.ndarray, rows: Successors, combine, 
             raise SolverTimeout("explicit search")
         out[r] = at_goal
         if starts.size:
-            best = np.minimum.reduceat(combine(values, out[r - 1][..., rows.target]), starts, axis=-1)
+            best = np.minimum.reduceat(combine(values, np.take(out[r - 1], rows.target, axis=-1)), starts, axis=-1)
             out[r][..., occupied] = np.minimum(at_goal[..., occupied], best)
     return out
 
@@ -183,8 +183,8 @@ class Successors:
 def successors_by_state(costs: EdgeCosts) -> Successors:
     """The (step, target, weight) rows of every state, in state order (steps in StateSpace order within a state)."""
     order, offsets, step, target = _rows_layout(costs.space)
-    weight = np.concatenate(costs.weights)[order]
-    traffic = None if costs.traffic is None else np.concatenate(costs.traffic, axis=1)[:, order]
+    weight = np.take(np.concatenate(costs.weights), order)
+    traffic = None if costs.traffic is None else np.take(np.concatenate(costs.traffic, axis=1), order, axis=1)
     return Successors(offsets, step, target, weight, traffic)
 
 
