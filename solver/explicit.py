@@ -9,9 +9,14 @@ The top-N search works on the dense state space (``hierarchies/statespace.py``):
 2. :func:`cost_to_go`: backward dynamic programming, ``h[r][s]`` = the cheapest
    completion from state ``s`` in at most ``r`` steps (``inf`` if none);
 3. :func:`cheapest_programs`: best-first search over partial programs ordered
-   by ``cost so far + h``. With an exact ``h`` every programme leaves the queue
+   by ``cost so far + h``. With an exact ``h`` every program leaves the queue
    in order of cost and the search touches little beyond the programs it
    returns.
+
+Pipelined programs (``Program.pipeline``): :func:`cheapest_pipelined_all`, one
+branch and bound over the partial programs of every piece count at once, with
+the cost-to-go, bottleneck-to-go and traffic-to-go tables of each piece count
+(:class:`PipelineTables`) as its bounds.
 
 ``h`` is also the certificate ``solver/certificate.py`` checks. Dijkstra over
 (state, steps taken) (:func:`cheapest`) stays as the simple oracle the tests
