@@ -75,15 +75,23 @@ def _check_bellman(costs: EdgeCosts, h: np.ndarray, rows: Successors | None = No
         raise CertificateError(f"the table has shape {h.shape}, not (steps + 1, {space.size})")
     if np.isnan(h).any():
         raise CertificateError("the table holds NaN")
-    for r in range(h.shape[0]):
-        if (h[r][space.goal] > 0).any():
-            raise CertificateError(f"a goal state has a positive bound with {r} steps left")
+    _check_table(space, h, rows.weight, np.add, rows, _SLACK, "Bellman")
+
+
+def _check_table(space: StateSpace, table: np.ndarray, values: np.ndarray, combine, rows: Successors, slack: float,
+                 name: str) -> None:
+    """``table[r][..., s] <= 0`` at a goal, and ``table[r][..., s] <= combine(value, table[r-1][..., s'])`` (within
+    `slack`) for every row (step s -> s') of every state: the inequalities the backward dynamic programming of
+    ``solver.explicit`` meets, checked on their own. CertificateError naming the first that fails."""
+    for r in range(table.shape[0]):
+        if (table[r][..., space.goal] > 0).any():
+            raise CertificateError(f"a goal state has a positive {name} bound with {r} steps left")
         if r == 0:
             continue
-        bad = _first_violation(h[r], rows.weight + np.take(h[r - 1], rows.target), rows, _SLACK)
+        bad = _first_violation(table[r], combine(values, np.take(table[r - 1], rows.target, axis=-1)), rows, slack)
         if bad is not None:
             step = space.steps[int(rows.step[bad[1]])]
-            raise CertificateError(f"Bellman inequality fails in state {bad[0]} with {r} steps left, "
+            raise CertificateError(f"{name} inequality fails in state {bad[0]} with {r} steps left, "
                                    f"step {step.op.short}/{step.mask:b}")
 
 
@@ -101,18 +109,19 @@ def _first_violation(table: np.ndarray, bound: np.ndarray, rows: Successors, sla
     if not starts.size:
         return None
     least = np.minimum.reduceat(bound, starts, axis=-1)
-    bad = table[..., occupied] > (least + slack * np.abs(least) if slack else least)
-    if bad.ndim > 1:
-        bad = bad.any(axis=tuple(range(bad.ndim - 1)))
+    bad = _any_leading(table[..., occupied] > (least + slack * np.abs(least) if slack else least))
     if not bad.any():
         return None
     state = int(np.flatnonzero(occupied)[int(np.flatnonzero(bad)[0])])
     lo, hi = int(rows.offsets[state]), int(rows.offsets[state + 1])
     near = bound[..., lo:hi]
-    over = table[..., state, None] > (near + slack * np.abs(near) if slack else near)
-    if over.ndim > 1:
-        over = over.any(axis=tuple(range(over.ndim - 1)))
+    over = _any_leading(table[..., state, None] > (near + slack * np.abs(near) if slack else near))
     return state, lo + int(np.flatnonzero(over)[0])
+
+
+def _any_leading(flags: np.ndarray) -> np.ndarray:
+    """`flags` reduced with ``any`` over every axis but the last (per level, for the traffic table)."""
+    return flags.any(axis=tuple(range(flags.ndim - 1))) if flags.ndim > 1 else flags
 
 
 def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
@@ -170,11 +179,7 @@ def check_bottleneck(costs: EdgeCosts, b: np.ndarray, rows: Successors | None = 
     space = costs.space
     if b.ndim != 2 or b.shape[1] != space.size or np.isnan(b).any():
         raise CertificateError("the bottleneck table has the wrong shape or holds NaN")
-    for r in range(b.shape[0]):
-        if (b[r][space.goal] > 0).any():
-            raise CertificateError(f"a goal state has a positive bottleneck bound with {r} steps left")
-        if r and _first_violation(b[r], np.maximum(rows.weight, np.take(b[r - 1], rows.target)), rows, 0.0) is not None:
-            raise CertificateError(f"bottleneck inequality fails with {r} steps left")
+    _check_table(space, b, rows.weight, np.maximum, rows, 0.0, "bottleneck")
 
 
 def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = None) -> None:
@@ -184,11 +189,7 @@ def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = Non
     space = costs.space
     if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != rows.traffic.shape[0] or np.isnan(t).any():
         raise CertificateError("the traffic table has the wrong shape or holds NaN")
-    for r in range(t.shape[0]):
-        if (t[r][:, space.goal] > 0).any():
-            raise CertificateError(f"a goal state has a positive traffic bound with {r} steps left")
-        if r and _first_violation(t[r], rows.traffic + np.take(t[r - 1], rows.target, axis=-1), rows, _SLACK) is not None:
-            raise CertificateError(f"traffic inequality fails with {r} steps left")
+    _check_table(space, t, rows.traffic, np.add, rows, _SLACK, "traffic")
 
 
 def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
