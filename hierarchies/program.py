@@ -161,6 +161,12 @@ def cells_mask(slice_: tuple[Cell, ...], cells: tuple[Cell, ...]) -> int:
     return sum(1 << cells.index(c) for c in slice_)
 
 
+def to_raw(program: Program, cells: tuple[Cell, ...]) -> RawProgram:
+    """`program`'s steps as ``(collective, slice mask)`` pairs over `cells` (the request's reduced cells; the
+    inverse of :func:`to_program`, its piece count aside)."""
+    return tuple((step.op, cells_mask(step.slice, cells)) for step in program.steps)
+
+
 def to_program(raw: RawProgram, placement: Placement, request: Request) -> Program:
     """Decode ``(collective, slice mask)`` pairs into a Program over the request's reduced cells."""
     cells = request.reduced_cells(placement)

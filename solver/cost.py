@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from hierarchies.placement import Placement
-from hierarchies.program import Collective, Program, RawProgram, Request
+from hierarchies.program import Collective, Program, RawProgram, Request, to_raw
 from hierarchies.abstract import AbstractState, apply, start_state
 
 
@@ -105,7 +105,7 @@ def step_seconds(model: CostModel, state: AbstractState, op: Collective, S: int,
 def program_seconds(model: CostModel, placement: Placement, request: Request, program: Program) -> list[float]:
     """Predicted seconds of each step of `program` (which must be valid)."""
     cells = request.reduced_cells(placement)
-    raw = tuple((step.op, sum(1 << cells.index(c) for c in step.slice)) for step in program.steps)
+    raw = to_raw(program, cells)
     try:
         return raw_program_seconds(model, request.collective, len(cells), raw)
     except ValueError:

@@ -27,7 +27,7 @@ from enum import Enum
 
 from hierarchies.abstract import count_programs
 from hierarchies.placement import Placement
-from hierarchies.program import Program, RawProgram, Request, default_program, to_program
+from hierarchies.program import Program, RawProgram, Request, default_program, to_program, to_raw
 from hierarchies.statespace import state_space, statuses
 from hierarchies.verify import verifier
 from p2synth_encodings.deadline import Deadline
@@ -202,17 +202,12 @@ def _rank(program: Program, placement: Placement, request: Request, models, sign
     result = verifier(placement, request).check(program.sequential())
     if not result.ok:
         raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
-    key = (signature, _raw(program, placement, request), program.pipeline)
+    cells = request.reduced_cells(placement)
+    key = (signature, to_raw(program, cells), program.pipeline)
     if key not in memo.step_times:
-        cells = request.reduced_cells(placement)
         memo.step_times[key] = raw_program_cost(models, request.collective, len(cells), key[1], program.pipeline)
     cost, steps = memo.step_times[key]
     return Ranked(program, cost, tuple(steps), verified=True)
-
-
-def _raw(program: Program, placement: Placement, request: Request) -> RawProgram:
-    cells = request.reduced_cells(placement)
-    return tuple((s.op, sum(1 << cells.index(c) for c in s.slice)) for s in program.steps)
 
 
 def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, models, pieces: tuple[int, ...],

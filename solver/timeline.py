@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hierarchies.placement import Placement
-from hierarchies.program import NamedRequest, Program
+from hierarchies.program import NamedRequest, Program, to_raw
 from solver.cost import PY, pipeline_period, program_stages, raw_program_cost
 from solver.models import CostModelKind, cost_model
 
@@ -41,7 +41,7 @@ def bars(placement: Placement, named: NamedRequest, program: Program, pieces: in
     """The bars of `program` run on `pieces` pieces (1: sequential), and the predicted total."""
     request = named.request
     cells = request.reduced_cells(placement)
-    raw = tuple((s.op, sum(1 << cells.index(c) for c in s.slice)) for s in program.steps)
+    raw = to_raw(program, cells)
     models = lambda p: cost_model(placement, request, named.message_bytes / p, kind)
     total, stages = raw_program_cost(models, request.collective, len(cells), raw, pieces)
     period = 0.0
