@@ -99,17 +99,16 @@ def table(tuned: dict) -> tuple[list[str], int]:
     default = placement["default"]
     measured = [p for p in placement["programs"] if "measured_s" in p and not p.get("is_default")]
     sequential = next((p for p in measured if p.get("pipeline", 1) == 1), None)
-    rows, wrong = [], int(default.get("wrong", 0))
-    size = tuned["message_bytes"]
-    for p in [default] + sorted(measured, key=lambda q: -q.get("pipeline", 1)):
-        wrong += int(p.get("wrong", 0)) if p is not default else 0
+    listed = [default] + sorted(measured, key=lambda q: -q.get("pipeline", 1))
+    rows, size = [], tuned["message_bytes"]
+    for p in listed:
         name = "default" if p is default else f"P = {p.get('pipeline', 1)}"
         low, high = p["measured_ci_s"]
         vs_seq = f"{sequential['measured_s'] / p['measured_s']:.2f}" if sequential and p is not default else ""
         rows.append(f"| {size >> 20} MiB | {name} | {p['measured_s'] * 1e3:.1f} | [{low * 1e3:.1f}, {high * 1e3:.1f}] | "
                     f"{p['cost_s'] * 1e3:.1f} | {p['measured_s'] / p['cost_s']:.2f} | {vs_seq} | "
                     f"{default['measured_s'] / p['measured_s']:.2f} | {p.get('wrong', 0)} |")
-    return rows, wrong
+    return rows, sum(int(p.get("wrong", 0)) for p in listed)
 
 
 HEADER = ("| size | program | measured (ms) | 95% interval | predicted (ms) | measured / predicted | "

@@ -132,10 +132,10 @@ def assignment(problem: Problem, chosen: list[list[int]], ranks: int) -> list[li
     """Groups per rank: the largest first, each to the rank with the least work so far (ties: lowest rank)."""
     load = [0.0] * ranks
     out: list[list[list[int]]] = [[] for _ in range(ranks)]
-    for g in sorted(chosen, key=lambda g: (-work(problem, g), g[0])):
+    for cost, g in sorted(((work(problem, g), g) for g in chosen), key=lambda x: (-x[0], x[1][0])):
         r = min(range(ranks), key=lambda k: (load[k], k))
         out[r].append(g)
-        load[r] += work(problem, g)
+        load[r] += cost
     return out
 
 
