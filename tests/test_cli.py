@@ -178,8 +178,10 @@ def test_too_many_programs_for_top_all_is_refused(tmp_path):
 
 
 def test_timeout_reports_what_was_proved_and_exits_4(tmp_path):
-    spec = {**BASE, "hierarchy": {"name": "t", "levels": [{"name": f"l{i}", "count": 2} for i in range(6)]},
-            "axes": [{"name": "data", "size": 64}], "max_steps": 8}
+    # 8 reduced cells, programs of up to 8 steps: about 10 s of search here, far beyond the 0.5 s budget
+    # (6 cells had become fast enough to finish within it on an idle machine)
+    spec = {**BASE, "hierarchy": {"name": "t", "levels": [{"name": f"l{i}", "count": 2} for i in range(8)]},
+            "axes": [{"name": "data", "size": 256}], "max_steps": 8}
     out = tmp_path / "r.json"
     r = run(write_spec(tmp_path, spec), "--timeout", "0.5", "--out", str(out))
     assert r.returncode == 4 and r.stderr.strip().startswith("timeout:")
