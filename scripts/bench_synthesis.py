@@ -12,9 +12,10 @@
    proved) solved serially without reuse (``--no-reuse``, cut at
    ``--no-reuse-limit`` s), with reuse, with ``--jobs 2`` and under
    ``mpirun -n 2``; the same job's all_reduce over dp and tp (up to 7 reduced
-   cells); a 65,536-device job. Peak memory is the largest resident set of any
+   cells); a 65,536-device job. The dp and dp+tp sweeps also run with
+   ``"pipeline": [1]`` (sequential programs only), for the cost of pipelining. Peak memory is the largest resident set of any
    process of the run, sampled from /proc every 50 ms (Linux).
-3. **One placement** at 4, 6 and 8 reduced cells (``max_steps`` 6, top 10
+3. **One placement** at 4, 6, 7 and 8 reduced cells (``max_steps`` 6, top 10
    proved, every program at its cheapest piece count of the spec's default
    ``pipeline``, as the sweeps), in this process: median and max over the placements with that many
    cells (at most ``--sample`` of them).
@@ -214,7 +215,8 @@ def run_cli(args: list[str], timeout: float, mpi_ranks: int = 0) -> tuple[float,
 def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Path) -> list[tuple]:
     """The sweep rows: (what, placements, wall, target, peak MiB)."""
     rows = []
-    specs = {"dp": spec(["dp"]), "dp+tp": spec(["dp", "tp"]), "65k": BIG_65K}
+    specs = {"dp": spec(["dp"]), "dp+tp": spec(["dp", "tp"]), "65k": BIG_65K,
+             "dp-seq": dict(spec(["dp"]), pipeline=[1]), "dp+tp-seq": dict(spec(["dp", "tp"]), pipeline=[1])}
     for name, s in specs.items():
         (folder / f"{name}.json").write_text(json.dumps(s))
 
@@ -244,7 +246,9 @@ def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Pa
     ]
     if len({b for b in same if b is not None}) != 1:
         fail("the dp sweep wrote different JSON serially, with reuse, with --jobs 2 and under mpirun -n 2")
+    runs("dp sweep, serial, reuse, sequential only", "dp-seq", ["--jobs", "1"], repeats, "")
     runs("dp+tp sweep (up to 7 cells), --jobs 2", "dp+tp", ["--jobs", "2"], 1, "< 5 min")
+    runs("dp+tp sweep, --jobs 2, sequential only", "dp+tp-seq", ["--jobs", "2"], 1, "")
     runs("65,536 devices, data sweep, --jobs 2", "65k", ["--jobs", "2"], repeats, "")
     return rows
 
@@ -254,7 +258,8 @@ def per_placement(console: Console, sample: int, folder: Path) -> list[tuple]:
     """(cells, placements timed, median s, max s, target, median sequential-only s, median ratio) for one-placement
     searches, each from scratch: with the spec's piece counts and sequential only, alternating, so load hits both."""
     out = []
-    for cells, axes, target in ((4, ["dp"], ""), (6, ["dp", "tp"], "median < 2 s"), (8, ["dp", "tp", "pp"], "< 30 s")):
+    for cells, axes, target in ((4, ["dp"], ""), (6, ["dp", "tp"], "median < 2 s"), (7, ["dp", "tp"], ""),
+                                (8, ["dp", "tp", "pp"], "< 30 s")):
         path = folder / f"cells{cells}.json"
         path.write_text(json.dumps(spec(axes)))
         problem = load_problem(path)

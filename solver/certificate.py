@@ -37,7 +37,8 @@ import numpy as np
 from hierarchies.program import RawProgram
 from hierarchies.statespace import StateSpace
 from solver.cost import PY, pipelined_seconds
-from solver.explicit import EdgeCosts, Successors, successors_by_state, windows
+from solver.explicit import (BRACKET_SLACK, EdgeCosts, PipelineTables, Successors, WholeTraffic, successors_by_state,
+                             windows)
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
 _SLACK = 1e-12    # float rounding between the table and the sums it bounds
@@ -134,7 +135,7 @@ def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
         i = -1 if step is None else int(np.searchsorted(step.sources, state))
         if step is None or i >= step.sources.size or step.sources[i] != state:
             raise CertificateError(f"listed program {program} takes a step that is not valid")
-        total += float(costs.weights[j][i])
+        total += costs.step_cost(state, j)
         state += step.offset
     return state, total
 
@@ -186,10 +187,75 @@ def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = Non
     """``t[r][l][s]`` bounds from below level `l`'s traffic in every completion from `s` in `r` steps: ``t <= 0`` at a
     goal and ``t[r][l][s] <= traffic_l(e) + t[r-1][l][s']`` for every step; CertificateError otherwise."""
     rows = rows or successors_by_state(costs)
-    space = costs.space
-    if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != rows.traffic.shape[0] or np.isnan(t).any():
+    _check_traffic_table(costs.space, t, rows.traffic, rows)
+
+
+def _check_traffic_table(space: StateSpace, t: np.ndarray, traffic: np.ndarray, rows: Successors) -> None:
+    if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != traffic.shape[0] or np.isnan(t).any():
         raise CertificateError("the traffic table has the wrong shape or holds NaN")
-    _check_table(space, t, rows.traffic, np.add, rows, _SLACK, "traffic")
+    _check_table(space, t, traffic, np.add, rows, _SLACK, "traffic")
+
+
+def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequence[PipelineTables],
+                        searched: Sequence[tuple[Sequence[tuple[int, ...]], dict[RawProgram, float]]], threshold: float) -> None:
+    """Check a branch and bound over several piece counts (``solver.explicit.cheapest_pipelined_all``): per piece
+    count in `tables` (ascending), its (expanded tree, programs found) in `searched`, as :func:`check_pipelined`
+    does; CertificateError naming the piece count otherwise.
+
+    * The traffic is checked once: `whole`'s traffic-to-go table against its
+      rows; then every table's traffic and traffic-to-go table must be
+      `whole`'s over its piece count (``WholeTraffic.on_pieces``; traffic is
+      linear in the bytes moved). Dividing every term of an inequality by
+      the same count keeps it, up to a few units in the last place, which the
+      slack of the check covers many times over.
+    * `one` (one piece) and the most pieces have exact tables: their Bellman
+      inequalities are checked. A bracketed table (``PipelineTables.bracketed``)
+      is checked by its argument: every step cost of its piece count is at
+      least the chord ``lam w_1 + (1 - lam) w_A``, at least ``w_A`` and at least
+      ``w_1 / P`` (less BRACKET_SLACK); then no completion costs less than the
+      same chord of the two exact bounds (a minimum of sums is at least the sum
+      of the minima), nor has a slowest step below ``max(b_A, b_1 / P)``; the
+      table must lie at or below these, scaled by ``1 - BRACKET_SLACK``.
+    """
+    if len(searched) != len(tables) or not tables:
+        raise CertificateError(f"{len(searched)} searches for {len(tables)} piece counts")
+    top = tables[-1]
+    _check_traffic_table(one.costs.space, whole.t, whole.rows, one.rows)
+    if one.pieces != 1 or one.bracketed or top.bracketed or top.pieces != max(t.pieces for t in tables):
+        raise CertificateError("the exact tables must be those of one piece and of the most pieces")
+    for tab in (one, *tables):
+        traffic, t = whole.on_pieces(tab.pieces)
+        if not (np.array_equal(tab.rows.traffic, traffic) and np.array_equal(tab.t, t)):
+            raise CertificateError(f"{tab.pieces} pieces: the traffic is not the whole buffer's over {tab.pieces}")
+        try:
+            if tab.bracketed:
+                _check_bracketed(tab, one, top)
+            else:
+                _check_bellman(tab.costs, tab.h, tab.rows)
+                check_bottleneck(tab.costs, tab.b, tab.rows)
+        except CertificateError as e:
+            raise CertificateError(f"{tab.pieces} pieces: {e}") from None
+    for tab, (expanded, found) in zip(tables, searched):
+        try:
+            _check_tree(tab.costs, tab.h, tab.b, tab.t, tab.pieces, expanded, found, threshold, tab.rows)
+        except CertificateError as e:
+            raise CertificateError(f"{tab.pieces} pieces: {e}") from None
+
+
+def _check_bracketed(tab: PipelineTables, one: PipelineTables, top: PipelineTables) -> None:
+    """A bracketed table's per-case conditions and its bounds (see :func:`check_pipelined_all`)."""
+    P, A = tab.pieces, top.pieces
+    if not 1 < P < A:
+        raise CertificateError(f"a bracketed table needs 1 < pieces < {A}")
+    lam = (1.0 / P - 1.0 / A) / (1.0 - 1.0 / A)
+    keep = 1.0 - BRACKET_SLACK
+    w, w1, wA = tab.costs.values, one.costs.values, top.costs.values
+    if not (np.all(w >= keep * (lam * w1 + (1 - lam) * wA)) and np.all(w >= keep * wA) and np.all(w >= keep * (w1 / P))):
+        raise CertificateError("a step cost lies below the chord of one piece's and the most pieces'")
+    if np.isnan(tab.h).any() or np.any(tab.h > keep * (lam * one.h + (1 - lam) * top.h)):
+        raise CertificateError("the bracketed cost-to-go lies above the chord of the exact ones")
+    if np.isnan(tab.b).any() or np.any(tab.b > keep * np.maximum(top.b, one.b / P)):
+        raise CertificateError("the bracketed bottleneck lies above the exact ones")
 
 
 def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
@@ -210,9 +276,16 @@ def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarra
     costs at least `threshold`. CertificateError otherwise.
     """
     rows = rows or successors_by_state(costs)
+    check_traffic(costs, t, rows)
     _check_bellman(costs, h, rows)
     check_bottleneck(costs, b, rows)
-    check_traffic(costs, t, rows)
+    _check_tree(costs, h, b, t, pieces, expanded, found, threshold, rows)
+
+
+def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
+                expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
+                rows: Successors) -> None:
+    """The expanded tree of :func:`check_pipelined`, its tables already checked."""
     space, K = costs.space, h.shape[0] - 1
     spread = 1.0 / windows(K, pieces)
     floor = threshold * (1 - TOLERANCE)

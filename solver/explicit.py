@@ -25,11 +25,12 @@ hold both this search and Z3 to.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable
 
 import numpy as np
@@ -48,15 +49,53 @@ MAX_CANDIDATES = 200_000  # ties beyond this many programs at the cut are refuse
 
 
 @dataclass(frozen=True)
+class StepCases:
+    """The distinct (step, scattered cells, rooted cells) of a state space: a step's cost depends on nothing else.
+
+    Flat arrays over the cases (``op`` codes, ``mask`` slices, ``key`` = Y | Z << C),
+    the cases of step ``j`` at ``start[j]:start[j+1]``, ``inverse[j]`` mapping
+    step ``j``'s sources to its cases, and ``row`` the case of every row of
+    :func:`successors_by_state` (state order).
+    """
+
+    op: np.ndarray
+    mask: np.ndarray
+    key: np.ndarray
+    start: np.ndarray
+    inverse: tuple[np.ndarray, ...]
+    row: np.ndarray
+
+    def of_step(self, values: np.ndarray, j: int) -> np.ndarray:
+        """Per-case `values` (last axis over cases) -> step `j`'s, one per source state."""
+        return np.take(values[..., self.start[j]:self.start[j + 1]], self.inverse[j], axis=-1)
+
+
+@dataclass(frozen=True)
 class EdgeCosts:
     """The predicted seconds of every step of a state space from every state it is valid in.
 
+    Held per distinct case (:func:`step_cases`): ``values[c]`` seconds and,
+    when asked for, ``loads[l][c]`` the seconds each level's links are busy.
     ``weights[j][i]`` is the cost of ``space.steps[j]`` taken in state ``space.steps[j].sources[i]``.
     """
 
     space: StateSpace
-    weights: tuple[np.ndarray, ...]
-    traffic: tuple[np.ndarray, ...] | None = None  # per step, (levels, sources): seconds each level's links are busy
+    values: np.ndarray
+    loads: np.ndarray | None = None  # (levels, cases)
+
+    @cached_property
+    def weights(self) -> tuple[np.ndarray, ...]:
+        """Per step, its cost in each of its source states."""
+        cases = step_cases(self.space)
+        return tuple(cases.of_step(self.values, j) for j in range(len(self.space.steps)))
+
+    @cached_property
+    def traffic(self) -> tuple[np.ndarray, ...] | None:
+        """Per step, (levels, sources): seconds each level's links are busy (None without loads)."""
+        if self.loads is None:
+            return None
+        cases = step_cases(self.space)
+        return tuple(cases.of_step(self.loads, j) for j in range(len(self.space.steps)))
 
     def step_cost(self, state: int, j: int) -> float:
         """The cost of step `j` in state index `state` (which must be one of its sources)."""
@@ -64,49 +103,58 @@ class EdgeCosts:
         i = int(np.searchsorted(step.sources, state))
         if i >= step.sources.size or step.sources[i] != state:
             raise ValueError(f"step {step.op.short}/{step.mask:b} is not valid in state {state}")
-        return float(self.weights[j][i])
+        cases = step_cases(self.space)
+        return float(self.values[cases.start[j] + cases.inverse[j][i]])
 
 
 def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None, with_traffic: bool = False) -> EdgeCosts:
-    """Evaluate `model` on every (step, state) of `space`; the cost depends only on the step and the state's Y, Z.
+    """Evaluate `model` on every distinct case of `space` (:func:`step_cases`), vectorized.
 
-    With `with_traffic`, also each step's per-level traffic (what a pipeline's overlapping steps share).
+    With `with_traffic`, also each case's per-level traffic (what a pipeline's overlapping steps share).
     """
     deadline = deadline or Deadline(None)
-    C = space.cells
-    op, S, key, keys, inverses = _distinct_cases(space)
+    cases = step_cases(space)
     if deadline.expired():
         raise SolverTimeout("step costs")
-    Y, Z = key & ((1 << C) - 1), key >> C
-    bits = lambda a: [(a >> c & 1).astype(bool) for c in range(C)]
-    values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, op, bits(S), bits(Y), bits(Z)), dtype=np.float64), op.shape)
-    loads = None
-    if with_traffic:
-        loads = np.stack([np.broadcast_to(np.asarray(t, dtype=np.float64), op.shape)
-                          for t in model.traffic(ARRAYS, op, bits(S), bits(Y), bits(Z))])
-    weights, traffic, at = [], [], 0
-    for unique, inverse in zip(keys, inverses):
-        weights.append(values[at:at + unique.size][inverse])
-        if loads is not None:
-            traffic.append(loads[:, at:at + unique.size][:, inverse])
-        at += unique.size
-    return EdgeCosts(space, tuple(weights), tuple(traffic) if loads is not None else None)
+    values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, cases.op, *_case_bits(space)), dtype=np.float64),
+                             cases.op.shape)
+    return EdgeCosts(space, values, edge_traffic(space, model) if with_traffic else None)
+
+
+def edge_traffic(space: StateSpace, model: CostModel) -> np.ndarray:
+    """Per level and distinct case of `space`, the seconds the step keeps that level's links busy under `model`."""
+    cases = step_cases(space)
+    return np.stack([np.broadcast_to(np.asarray(t, dtype=np.float64), cases.op.shape)
+                     for t in model.traffic(ARRAYS, cases.op, *_case_bits(space))])
 
 
 @lru_cache(maxsize=32)
-def _distinct_cases(space: StateSpace):
-    """The distinct (step, scattered cells, rooted cells) of a state space, as flat arrays (op codes, slices, Y|Z<<C),
-    with each step's keys and the inverse map from its sources to them: a step's cost depends on nothing else."""
+def _case_bits(space: StateSpace) -> tuple[list[np.ndarray], ...]:
+    """Per cell, the slice, scattered and rooted bits of every case."""
+    cases, C = step_cases(space), space.cells
+    Y, Z = cases.key & ((1 << C) - 1), cases.key >> C
+    bits = lambda a: [(a >> c & 1).astype(bool) for c in range(C)]
+    return bits(cases.mask), bits(Y), bits(Z)
+
+
+@lru_cache(maxsize=32)
+def step_cases(space: StateSpace) -> StepCases:
+    """The :class:`StepCases` of a state space (cached: it depends on the collective and the cell count alone)."""
     C = space.cells
     yz = space.scattered | (space.rooted << C)
-    ops, slices, keys, inverses = [], [], [], []
+    ops, slices, keys, inverses, start = [], [], [], [], [0]
     for step in space.steps:
         unique, inverse = np.unique(yz[step.sources], return_inverse=True)
         ops.append(np.full(unique.size, OP_CODES[step.op]))
         slices.append(np.full(unique.size, step.mask))
         keys.append(unique)
         inverses.append(inverse)
-    return np.concatenate(ops), np.concatenate(slices), np.concatenate(keys), tuple(keys), tuple(inverses)
+        start.append(start[-1] + unique.size)
+    start_ = np.asarray(start, dtype=np.int64)
+    flat = np.concatenate([s + inv for s, inv in zip(start_[:-1], inverses)])  # step-major, as _rows_layout's src
+    order = _rows_layout(space)[0]
+    return StepCases(np.concatenate(ops), np.concatenate(slices), np.concatenate(keys), start_, tuple(inverses),
+                     np.take(flat, order))
 
 
 def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
@@ -187,10 +235,10 @@ class Successors:
 
 def successors_by_state(costs: EdgeCosts) -> Successors:
     """The (step, target, weight) rows of every state, in state order (steps in StateSpace order within a state)."""
-    order, offsets, step, target = _rows_layout(costs.space)
-    weight = np.take(np.concatenate(costs.weights), order)
-    traffic = None if costs.traffic is None else np.take(np.concatenate(costs.traffic, axis=1), order, axis=1)
-    return Successors(offsets, step, target, weight, traffic)
+    _, offsets, step, target = _rows_layout(costs.space)
+    case = step_cases(costs.space).row
+    traffic = None if costs.loads is None else np.take(costs.loads, case, axis=1)
+    return Successors(offsets, step, target, np.take(costs.values, case), traffic)
 
 
 @lru_cache(maxsize=32)
@@ -310,9 +358,39 @@ class Candidates:
 
 
 @dataclass(frozen=True)
+class WholeTraffic:
+    """Each step's per-level traffic on the whole buffer, per row of :func:`successors_by_state` (the seconds it
+    keeps each level's links busy), and its traffic-to-go table (:func:`traffic_to_go`).
+
+    Traffic is linear in the bytes a step moves, so on one of ``P`` pieces
+    both are these over ``P`` (``tests/test_pipeline.py`` holds both cost
+    models to it): one evaluation and one table serve every piece count.
+    """
+
+    rows: np.ndarray  # (levels, rows)
+    t: np.ndarray     # (steps + 1, levels, states)
+
+    def on_pieces(self, pieces: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, t) on one of `pieces` pieces: each over `pieces`."""
+        return self.rows / pieces, self.t / pieces
+
+
+def whole_traffic(space: StateSpace, model: CostModel, max_steps: int, deadline: Deadline | None = None) -> WholeTraffic:
+    """The :class:`WholeTraffic` of `space` under `model` (the cost model at the whole message)."""
+    costs = EdgeCosts(space, np.zeros(step_cases(space).op.shape), edge_traffic(space, model))
+    rows = successors_by_state(costs)
+    return WholeTraffic(rows.traffic, traffic_to_go(costs, max_steps, deadline, rows))
+
+
+@dataclass(frozen=True)
 class PipelineTables:
-    """What the branch and bound needs for one piece count: step costs on one piece (with traffic), their rows, and
-    the cost-to-go (`h`), bottleneck (`b`) and traffic-to-go (`t`) tables."""
+    """What the branch and bound needs for one piece count: step costs on one piece and their rows (with traffic),
+    and the cost-to-go (`h`), bottleneck-to-go (`b`) and traffic-to-go (`t`) tables.
+
+    `bracketed`: `h` and `b` are not computed for this piece count but bounded
+    from the exact tables at one piece and at the most pieces
+    (:func:`bracketed_tables`); otherwise they are its own.
+    """
 
     pieces: int
     costs: EdgeCosts
@@ -320,13 +398,57 @@ class PipelineTables:
     h: np.ndarray
     b: np.ndarray
     t: np.ndarray
+    bracketed: bool = False
 
 
-def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None = None) -> PipelineTables:
-    """The :class:`PipelineTables` of `costs` (the model at 1/`pieces` of the message, with traffic)."""
-    rows = successors_by_state(costs)
-    return PipelineTables(pieces, costs, rows, cost_to_go(costs, max_steps, deadline, rows),
-                          bottleneck_to_go(costs, max_steps, deadline, rows), traffic_to_go(costs, max_steps, deadline, rows))
+def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None = None,
+                    whole: WholeTraffic | None = None, h: np.ndarray | None = None) -> PipelineTables:
+    """The exact :class:`PipelineTables` of `costs` (the model at 1/`pieces` of the message), with `whole`'s traffic
+    on `pieces` pieces if given, else the traffic `costs` carry; `h` when the caller has the cost-to-go already."""
+    rows, t = _piece_traffic(costs, pieces, max_steps, deadline, whole)
+    h = cost_to_go(costs, max_steps, deadline, rows) if h is None else h
+    return PipelineTables(pieces, costs, rows, h, bottleneck_to_go(costs, max_steps, deadline, rows), t)
+
+
+def _piece_traffic(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None,
+                   whole: WholeTraffic | None) -> tuple[Successors, np.ndarray]:
+    """The rows of `costs` with their traffic, and the traffic-to-go table: `whole`'s on `pieces` pieces if given."""
+    if whole is None:
+        rows = successors_by_state(costs)
+        return rows, traffic_to_go(costs, max_steps, deadline, rows)
+    traffic, t = whole.on_pieces(pieces)
+    return dataclasses.replace(successors_by_state(dataclasses.replace(costs, loads=None)), traffic=traffic), t
+
+
+# Bracketed tables are scaled down by this much, so float rounding in the step costs never breaks their bound.
+BRACKET_SLACK = 1e-12
+
+
+def bracketed_tables(costs: EdgeCosts, pieces: int, one: PipelineTables, top: PipelineTables,
+                     whole: WholeTraffic) -> PipelineTables | None:
+    """Tables for `pieces` (1 < pieces < top.pieces) bounded from the exact ones at one piece and at ``top.pieces``,
+    without a dynamic programming pass of their own; None when the step costs do not allow it.
+
+    A step's time at 1/P of the message, as a function of ``u = 1/P``, is
+    affine under the alpha-beta model (latency plus bytes over bandwidth),
+    so a completion's sum of stages is a minimum of affine functions of ``u``:
+    concave, above its chord. With ``1/P = lam + (1 - lam)/A``, and every
+    step cost at least ``lam w_1 + (1 - lam) w_A`` (checked per case: the
+    cost model decides), ``lam h_1 + (1 - lam) h_A`` bounds the cost to go;
+    with every step cost at least ``w_A`` and ``w_1 / P``, the larger of
+    ``b_A`` and ``b_1 / P`` bounds the slowest step to come. Both are scaled
+    down by BRACKET_SLACK against rounding. ``solver.certificate`` checks the
+    per-case conditions and the tables against these bounds on its own.
+    """
+    A = top.pieces
+    lam, keep = (1.0 / pieces - 1.0 / A) / (1.0 - 1.0 / A), 1.0 - BRACKET_SLACK
+    w, w1, wA = costs.values, one.costs.values, top.costs.values
+    if not (np.all(w >= keep * (lam * w1 + (1 - lam) * wA)) and np.all(w >= keep * wA) and np.all(w >= keep * (w1 / pieces))):
+        return None
+    h = keep * (lam * one.h + (1 - lam) * top.h)
+    b = keep * np.maximum(top.b, one.b / pieces)
+    rows, t = _piece_traffic(costs, pieces, 0, None, whole)
+    return PipelineTables(pieces, costs, rows, h, b, t, bracketed=True)
 
 
 def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int, candidates: Candidates,
@@ -348,7 +470,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     stages so far, the cheapest completion (`h`), and ``pieces - 1`` periods of
     at least the period so far, the slowest step still to come (`b`), and each
     level's traffic so far plus its least traffic to come (`t`) spread over the
-    windows of `pieces` steps. Returns, per table, the partial programs it
+    windows of `pieces` steps a program needs (:func:`windows`). Returns, per table, the partial programs it
     expanded (step indices into the state space's steps): with the final bound,
     the certificate ``solver.certificate.check_pipelined`` checks; and the
     programs it found with their costs on that many pieces.

@@ -37,6 +37,7 @@ from solver import certificate
 from solver.cost import CostModel, pipelined_seconds, raw_program_cost
 from solver.explicit import (
     Candidates,
+    bracketed_tables,
     cheapest_pipelined_all,
     cheapest_programs,
     cost_to_go,
@@ -44,6 +45,7 @@ from solver.explicit import (
     pipeline_tables,
     successors_by_state,
     tie_key,
+    whole_traffic,
 )
 from solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 
@@ -225,11 +227,12 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         return _z3_alone(collective, n_cells, max_steps, top, count, models, pieces, deadline)
     space = state_space(collective, n_cells)
     try:
-        found = _sequential_top(space, models(1), max_steps, top, deadline)
+        found, sequential = _sequential_top(space, models(1), max_steps, top, deadline)
         candidates = Candidates(top)
         for cost, raw in found:
             candidates.offer(raw, 1, cost)
-        _pipelined_top(space, models, max_steps, [p for p in pieces if p > 1 and max_steps >= 2], candidates, deadline)
+        _pipelined_top(space, models, max_steps, [p for p in pieces if p > 1 and max_steps >= 2], candidates, deadline,
+                       sequential)
     except SolverTimeout:
         return Ranking((), count, False, True)
     kept = tuple(candidates.kept())
@@ -239,8 +242,8 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
     return Ranking(kept, count, proved and bool(kept), not proved)
 
 
-def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline: Deadline) -> list[tuple[float, RawProgram]]:
-    """The cheapest programs run sequentially, with their certificate checked."""
+def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline: Deadline):
+    """The cheapest programs run sequentially, with their certificate checked; and the search's (costs, rows, h)."""
     costs = edge_costs(space, model, deadline)
     rows = successors_by_state(costs)
     h = cost_to_go(costs, max_steps, deadline, rows)
@@ -249,21 +252,35 @@ def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline:
         certificate.check(costs, h, [p for _, p in found], top, rows)
     except certificate.CertificateError as e:
         raise VerificationError(f"the explicit search's certificate does not hold: {e}") from None
-    return found
+    return found, (costs, h)
 
 
-def _pipelined_top(space, models, max_steps: int, pieces: list[int], candidates: Candidates, deadline: Deadline) -> None:
+def _pipelined_top(space, models, max_steps: int, pieces: list[int], candidates: Candidates, deadline: Deadline,
+                   sequential) -> None:
     """Offer `candidates` every program run on any of `pieces` pieces that could be among them (one branch and bound
-    over all piece counts), with each piece count's certificate checked against the final bound."""
+    over all piece counts), with the certificate checked against the final bound.
+
+    Exact tables at one piece (`sequential`: the sequential search's costs
+    and cost-to-go, reused) and at the most pieces; the piece counts between
+    get bracketed tables (``solver.explicit.bracketed_tables``) where the
+    cost model allows, exact ones otherwise.
+    """
     if not pieces:
         return
-    tables = [pipeline_tables(edge_costs(space, models(p), deadline, with_traffic=True), p, max_steps, deadline) for p in pieces]
+    whole = whole_traffic(space, models(1), max_steps, deadline)
+    costs_1, h_1 = sequential
+    one = pipeline_tables(costs_1, 1, max_steps, deadline, whole, h=h_1)
+    top = pipeline_tables(edge_costs(space, models(pieces[-1]), deadline), pieces[-1], max_steps, deadline, whole)
+    tables = []
+    for p in pieces[:-1]:
+        costs = edge_costs(space, models(p), deadline)
+        tables.append(bracketed_tables(costs, p, one, top, whole) or pipeline_tables(costs, p, max_steps, deadline, whole))
+    tables.append(top)
     searched = cheapest_pipelined_all(tables, candidates, deadline)
-    for tab, (expanded, found) in zip(tables, searched):
-        try:
-            certificate.check_pipelined(tab.costs, tab.h, tab.b, tab.t, tab.pieces, expanded, found, candidates.nth(), tab.rows)
-        except certificate.CertificateError as e:
-            raise VerificationError(f"the pipelined search's certificate does not hold ({tab.pieces} pieces): {e}") from None
+    try:
+        certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth())
+    except certificate.CertificateError as e:
+        raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
 
 
 def state_space_fits(collective, n_cells: int) -> bool:

@@ -16,7 +16,7 @@ from p2synth_encodings.programs import ProgramSketch, SemanticsMismatch, prove_s
 from solver import certificate, explicit
 from solver.certificate import CertificateError
 from solver.cost import step_seconds
-from solver.explicit import cheapest_programs, cost_to_go, edge_costs
+from solver.explicit import cheapest_programs, cost_to_go, edge_costs, step_cases
 from solver.models import CostModelKind, cost_model, cost_signature
 from solver.search import Proof, solve
 from tests.strategies import placements, requests
@@ -179,9 +179,10 @@ def test_the_certificate_sees_a_search_that_used_wrong_costs(four_cells):
     space = costs.space
     index = {(s.op, s.mask): j for j, s in enumerate(space.steps)}
     j = index[listed[0][0]]
-    weights = list(costs.weights)
-    weights[j] = weights[j] * 10
-    wrong_costs = dataclasses.replace(costs, weights=tuple(weights))
+    cases = step_cases(space)
+    values = costs.values.copy()
+    values[cases.start[j]:cases.start[j + 1]] *= 10
+    wrong_costs = dataclasses.replace(costs, values=values)
     wrong_h = cost_to_go(wrong_costs, 6)
     wrong_list = [p for _, p in cheapest_programs(wrong_costs, wrong_h, 10)][:10]
     assert listed[0] not in wrong_list

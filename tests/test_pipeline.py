@@ -1,6 +1,8 @@
 """Pipelined programs: the cost on hand-computed pipelines, the search against Z3 on random hierarchies, the certificate."""
 
+import dataclasses
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,10 +12,11 @@ from hypothesis import strategies as st
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from hierarchies.program import Program, Step
 from hierarchies.statespace import state_space
-from solver import certificate
+from solver import certificate, search
 from solver.certificate import CertificateError
 from solver.cost import PY, AlphaBeta, pipeline_period, pipelined_seconds, raw_program_cost
-from solver.explicit import Candidates, bottleneck_to_go, cheapest_pipelined, cost_to_go, edge_costs, traffic_to_go
+from solver.explicit import (Candidates, bottleneck_to_go, bracketed_tables, cheapest_pipelined, cheapest_pipelined_all,
+                             cost_to_go, edge_costs, pipeline_tables, traffic_to_go, whole_traffic)
 from solver.models import CostModelKind, cost_model
 from solver.search import Proof, solve
 from tests.test_certificate import cases
@@ -196,3 +199,107 @@ def test_cli_timeline_writes_a_png_and_refuses_without_matplotlib(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip() == "error: --timeline needs matplotlib: pip install -e '.[plot]'"
     assert not (tmp_path / "u.png").exists()
+
+
+# ---- one traffic evaluation and bracketed tables serve every piece count --------------------------------------
+@SLOW
+@given(cases(max_cells=4), st.sampled_from([2, 4, 8, 16]))
+def test_traffic_on_a_piece_is_the_whole_buffers_over_the_pieces(case, pieces):
+    """What ``solver.explicit.WholeTraffic`` relies on, for both cost models: a step's per-level traffic at 1/P of
+    the message is its traffic at the whole message over P (to rounding), in every case of the state space."""
+    p, req, size, kind = case
+    space = state_space(req.collective, len(req.reduced_cells(p)))
+    whole = edge_costs(space, cost_model(p, req, size, kind), with_traffic=True).loads
+    piece = edge_costs(space, cost_model(p, req, size / pieces, kind), with_traffic=True).loads
+    np.testing.assert_allclose(piece, whole / pieces, rtol=1e-12, atol=0)
+
+
+@SLOW
+@given(cases(max_cells=4))
+def test_bracketed_tables_rank_as_exact_ones_do(case):
+    """On random hierarchies, the search with the piece counts between 1 and 16 bracketed ranks exactly the programs,
+    piece counts and costs it ranks with every table computed, and both are proved; with alpha-beta every middle
+    piece count is bracketed (its steps are affine in 1/P)."""
+    p, req, size, kind = case
+    pieces = (1, 2, 4, 8, 16)
+    used = []
+    real = search.bracketed_tables
+
+    def spy(*args, **kw):
+        out = real(*args, **kw)
+        used.append(out is not None)
+        return out
+
+    with mock.patch.object(search, "bracketed_tables", spy):
+        bracketed = solve(p, req, size, 4, top=5, model_kind=kind, pieces=pieces)
+    with mock.patch.object(search, "bracketed_tables", lambda *a, **k: None):
+        exact = solve(p, req, size, 4, top=5, model_kind=kind, pieces=pieces)
+    assert bracketed.optimal and exact.optimal
+    assert [(r.program, r.cost_s) for r in bracketed.programs] == [(r.program, r.cost_s) for r in exact.programs]
+    if kind is CostModelKind.ALPHA_BETA:
+        assert all(used)
+
+
+def _tables(pieces=(2, 4, 16)):
+    """The whole traffic, one piece's tables and the search's tables for P8 at 64 MiB (middle ones bracketed)."""
+    space = state_space(AR, 2)
+    models = lambda k: cost_model(P8, REQ, (64 << 20) / k)
+    whole = whole_traffic(space, models(1), 4)
+    one = pipeline_tables(edge_costs(space, models(1)), 1, 4, None, whole)
+    top = pipeline_tables(edge_costs(space, models(pieces[-1])), pieces[-1], 4, None, whole)
+    middle = [bracketed_tables(edge_costs(space, models(k)), k, one, top, whole) for k in pieces[:-1]]
+    assert all(t is not None and t.bracketed for t in middle)
+    tables = [*middle, top]
+    cands = Candidates(5)
+    searched = cheapest_pipelined_all(tables, cands)
+    return whole, one, tables, searched, cands.nth()
+
+
+def test_the_certificate_accepts_bracketed_tables():
+    certificate.check_pipelined_all(*_tables())
+
+
+@pytest.mark.parametrize("fault", ["chord-too-high", "bottleneck-too-high", "cost-below-chord", "traffic-not-scaled",
+                                   "exact-top-bracketed"])
+def test_the_certificate_refuses_wrong_bracketed_tables(fault):
+    whole, one, tables, searched, nth = _tables()
+    mid = tables[1]  # 4 pieces
+    if fault == "chord-too-high":
+        h = mid.h.copy()
+        h[2][np.isfinite(h[2]) & (h[2] > 0)] *= 1.01
+        tables[1] = dataclasses.replace(mid, h=h)
+    elif fault == "bottleneck-too-high":
+        b = mid.b.copy()
+        b[2][np.isfinite(b[2]) & (b[2] > 0)] *= 1.01
+        tables[1] = dataclasses.replace(mid, b=b)
+    elif fault == "cost-below-chord":  # a model whose steps on 4 pieces cost less than the chord allows
+        values = mid.costs.values * 0.9
+        tables[1] = dataclasses.replace(mid, costs=dataclasses.replace(mid.costs, values=values))
+    elif fault == "traffic-not-scaled":
+        tables[1] = dataclasses.replace(mid, rows=dataclasses.replace(mid.rows, traffic=mid.rows.traffic * 0.5))
+    else:
+        tables[-1] = dataclasses.replace(tables[-1], bracketed=True)
+    with pytest.raises(CertificateError):
+        certificate.check_pipelined_all(whole, one, tables, searched, nth)
+
+
+def test_a_model_not_affine_in_the_piece_size_gets_exact_tables():
+    """Step costs that fall faster than 1/P allows (a cost model with a term in the square of the bytes) are not
+    bracketed: bracketed_tables refuses them and the search computes their tables."""
+    space = state_space(AR, 2)
+
+    class Squared:
+        def __init__(self, size):
+            self.inner, self.size = AlphaBeta(P8, REQ, size), size
+
+        def step_time(self, alg, op, S, Y, Z):
+            return self.inner.step_time(alg, op, S, Y, Z) * (self.size / (64 << 20))
+
+        def traffic(self, alg, op, S, Y, Z):
+            return self.inner.traffic(alg, op, S, Y, Z)
+
+    models = lambda k: Squared((64 << 20) / k)
+    whole = whole_traffic(space, models(1), 4)
+    one = pipeline_tables(edge_costs(space, models(1)), 1, 4, None, whole)
+    top = pipeline_tables(edge_costs(space, models(16)), 16, 4, None, whole)
+    assert bracketed_tables(edge_costs(space, models(4)), 4, one, top, whole) is None
