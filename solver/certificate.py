@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -285,7 +286,8 @@ def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarra
 def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
                 expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
                 rows: Successors) -> None:
-    """The expanded tree of :func:`check_pipelined`, its tables already checked."""
+    """The expanded tree of :func:`check_pipelined`, its tables already checked: depth by depth, every node's
+    children at once (:class:`_Frontier`)."""
     space, K = costs.space, h.shape[0] - 1
     spread = 1.0 / windows(K, pieces)
     floor = threshold * (1 - TOLERANCE)
@@ -297,35 +299,93 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, p
         if not root >= floor:
             raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
         return
-    # per node: state, its rows, sum of stages, period so far, the last P-1 rows
-    nodes = {(): (space.start, [], 0.0, 0.0, ())}
-    for q in sorted(tree, key=len):
-        if q:
-            state, stages, g, period, recent = nodes[q[:-1]]
-            lo, hi = rows.offsets[state], rows.offsets[state + 1]
-            i = lo + int(np.searchsorted(rows.step[lo:hi], q[-1]))
-            if i >= hi or rows.step[i] != q[-1]:
-                raise CertificateError(f"expanded prefix {q} takes a step that is not valid")
-            window = rows.traffic[:, list(recent) + [i]].sum(axis=1)
-            w = float(rows.weight[i])
-            nodes[q] = (int(rows.target[i]), stages + [i], g + w, max(period, w, float(window.max(initial=0.0))),
-                        (recent + (i,))[-(pieces - 1):])
-        state, stages, g, period, recent = nodes[q]
-        carried = rows.traffic[:, stages].sum(axis=1)
-        if len(q) >= 2 and space.goal[state]:
-            _program_in_tree(costs, rows, q, stages, g + (pieces - 1) * period, pieces, found, floor, threshold)
-        if len(q) == K:
-            continue
-        window = rows.traffic[:, list(recent)].sum(axis=1) if recent else np.zeros(rows.traffic.shape[0])
-        lo, hi = rows.offsets[state], rows.offsets[state + 1]
-        w, target = rows.weight[lo:hi], rows.target[lo:hi]
-        child = np.maximum(np.maximum(period, w), (window[:, None] + rows.traffic[:, lo:hi]).max(axis=0, initial=0.0))
-        r = K - len(q) - 1
-        floor_period = np.maximum(b[r][target], ((carried[:, None] + rows.traffic[:, lo:hi] + t[r][:, target]) * spread).max(axis=0, initial=0.0))
-        lower = g + w + h[r][target] + (pieces - 1) * np.maximum(child, floor_period)
-        for i in np.flatnonzero(~(lower >= floor)).tolist():
-            if q + (int(rows.step[lo + i]),) not in tree:
-                raise CertificateError(f"after {q}, a step leaves the expanded tree with a bound below {threshold:.6g}")
+    by_depth: dict[int, list[tuple[int, ...]]] = {}
+    for q in sorted(tree):
+        by_depth.setdefault(len(q), []).append(q)
+    node = _Frontier.root(space.start, rows.traffic.shape[0], pieces)
+    for d in range(K + 1):
+        if not node.nodes:
+            break
+        if d >= 2:
+            for i in np.flatnonzero(space.goal[node.state]).tolist():
+                _program_in_tree(costs, rows, node.nodes[i], node.stages[i], float(node.g[i] + (pieces - 1) * node.period[i]),
+                                 pieces, found, floor, threshold)
+        if d == K:
+            break
+        kids = by_depth.get(d + 1, [])
+        child = node.children(rows, len(space.steps))
+        r = K - d - 1
+        floor_period = np.maximum(b[r][child.target], ((node.carried[:, child.parent] + child.load + t[r][:, child.target])
+                                                       * spread).max(axis=0, initial=0.0))
+        lower = node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period)
+        index = {q: i for i, q in enumerate(node.nodes)}
+        keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)
+        pos = np.searchsorted(child.key, keys)
+        if keys.size and (pos.max() >= child.key.size or np.any(child.key[np.minimum(pos, child.key.size - 1)] != keys)):
+            bad = next(q for q, p, k in zip(kids, pos, keys) if p >= child.key.size or child.key[p] != k)
+            raise CertificateError(f"expanded prefix {bad} takes a step that is not valid")
+        inside = np.zeros(child.key.size, dtype=bool)
+        inside[pos] = True
+        escaped = np.flatnonzero(~(lower >= floor) & ~inside)
+        if escaped.size:
+            q = node.nodes[int(child.parent[escaped[0]])]
+            raise CertificateError(f"after {q}, a step leaves the expanded tree with a bound below {threshold:.6g}")
+        node = node.advance(kids, pos, child, rows)
+
+
+@dataclass(frozen=True)
+class _Children:
+    """Every valid step out of the nodes of one depth: its node, row, cost, target, traffic and period so far."""
+
+    parent: np.ndarray
+    row: np.ndarray
+    key: np.ndarray     # parent * steps + step: ascending (rows of a state are in step order)
+    w: np.ndarray
+    target: np.ndarray
+    load: np.ndarray    # (levels, children)
+    period: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Frontier:
+    """The expanded nodes of one depth, as arrays: state, sum of stages, period so far, traffic carried per level,
+    the last ``pieces - 1`` rows (-1: none yet), and each node's prefix and rows."""
+
+    nodes: list[tuple[int, ...]]
+    stages: list[list[int]]
+    state: np.ndarray
+    g: np.ndarray
+    period: np.ndarray
+    carried: np.ndarray  # (levels, nodes)
+    recent: np.ndarray   # (nodes, pieces - 1)
+
+    @staticmethod
+    def root(start: int, levels: int, pieces: int) -> _Frontier:
+        """The empty program."""
+        return _Frontier([()], [[]], np.array([start]), np.zeros(1), np.zeros(1), np.zeros((levels, 1)),
+                         np.full((1, pieces - 1), -1, dtype=np.int64))
+
+    def children(self, rows: Successors, steps: int) -> _Children:
+        """Every valid step out of every node (`steps`: how many steps the state space has)."""
+        lo, hi = rows.offsets[self.state], rows.offsets[self.state + 1]
+        counts = hi - lo
+        parent = np.repeat(np.arange(len(self.nodes)), counts)
+        row = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        load = rows.traffic[:, row]
+        window = np.zeros_like(self.carried)
+        for j in range(self.recent.shape[1]):
+            window += np.where(self.recent[:, j] >= 0, rows.traffic[:, self.recent[:, j]], 0.0)
+        w = rows.weight[row]
+        period = np.maximum(np.maximum(self.period[parent], w), (window[:, parent] + load).max(axis=0, initial=0.0))
+        return _Children(parent, row, parent * steps + rows.step[row], w, rows.target[row], load, period)
+
+    def advance(self, kids: list[tuple[int, ...]], pos: np.ndarray, child: _Children, rows: Successors) -> _Frontier:
+        """The nodes of the next depth: `kids`, the children at `pos`."""
+        p = child.parent[pos]
+        recent = np.concatenate([self.recent[p], child.row[pos][:, None]], axis=1)[:, 1:]
+        return _Frontier(kids, [self.stages[i] + [r] for i, r in zip(p.tolist(), child.row[pos].tolist())],
+                         child.target[pos], self.g[p] + child.w[pos], child.period[pos],
+                         self.carried[:, p] + child.load[:, pos], recent)
 
 
 def _program_in_tree(costs: EdgeCosts, rows: Successors, q: tuple[int, ...], stages: list[int], cost: float, pieces: int,

@@ -109,7 +109,8 @@ def test_the_pipelined_certificate_accepts_the_search():
     certificate.check_pipelined(costs, h, b, t, 4, expanded, found, nth)
 
 
-@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "bottleneck-too-high", "traffic-too-high", "wrong-cost"])
+@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "bottleneck-too-high", "traffic-too-high", "wrong-cost",
+                                   "invalid-step", "orphan"])
 def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
     costs, h, b, t, expanded, found, nth = _pipelined_search()
     cheapest = min(found, key=found.get)
@@ -121,6 +122,12 @@ def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
     elif fault == "bottleneck-too-high":
         b = b.copy()
         b[3][np.isfinite(b[3]) & (b[3] > 0)] *= 1.5
+    elif fault == "invalid-step":  # a node that takes a step its state does not allow: the same step twice
+        first = next(q for q in expanded if len(q) == 1)
+        expanded = [*expanded, first + first]
+    elif fault == "orphan":  # a node whose parent was not expanded
+        deepest = max(expanded, key=len)
+        expanded = [q for q in expanded if q != deepest[:-1]]
     elif fault == "traffic-too-high":
         t = t.copy()
         t[3][np.isfinite(t[3]) & (t[3] > 0)] *= 1.5
