@@ -38,7 +38,7 @@ import numpy as np
 from hierarchies.program import RawProgram
 from hierarchies.statespace import StateSpace
 from solver.cost import PY, pipelined_seconds
-from solver.explicit import (BRACKET_SLACK, EdgeCosts, PipelineTables, Successors, WholeTraffic, successors_by_state,
+from solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, successors_by_state,
                              windows)
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
@@ -225,8 +225,9 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
     if one.pieces != 1 or one.bracketed or top.bracketed or top.pieces != max(t.pieces for t in tables):
         raise CertificateError("the exact tables must be those of one piece and of the most pieces")
     for tab in (one, *tables):
-        traffic, t = whole.on_pieces(tab.pieces)
-        if not (np.array_equal(tab.rows.traffic, traffic) and np.array_equal(tab.t, t)):
+        ours = tab.rows.traffic
+        if not (isinstance(ours, PieceTraffic) and ours.whole is whole.rows and ours.pieces == tab.pieces
+                and np.array_equal(tab.t, whole.on_pieces(tab.pieces)[1])):
             raise CertificateError(f"{tab.pieces} pieces: the traffic is not the whole buffer's over {tab.pieces}")
         try:
             if tab.bracketed:
@@ -315,8 +316,11 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, p
         kids = by_depth.get(d + 1, [])
         child = node.children(rows, len(space.steps))
         r = K - d - 1
-        floor_period = np.maximum(b[r][child.target], ((node.carried[:, child.parent] + child.load + t[r][:, child.target])
-                                                       * spread).max(axis=0, initial=0.0))
+        done, ahead = node.carried[:, child.parent] + child.load, t[r][:, child.target]
+        # the busiest level over the covering windows: of the whole program, of the steps taken, of those to come
+        shares = np.maximum(np.maximum((done + ahead) * spread, done / windows(d + 1, pieces)),
+                            ahead / windows(max(r, 1), pieces))
+        floor_period = np.maximum(b[r][child.target], shares.max(axis=0, initial=0.0))
         lower = node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period)
         index = {q: i for i, q in enumerate(node.nodes)}
         keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)

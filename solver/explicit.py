@@ -222,6 +222,23 @@ def windows(steps: int, pieces: int) -> int:
     return -(-steps // pieces)
 
 
+def traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_left: int, max_steps: int,
+                  pieces: int) -> np.ndarray:
+    """A floor on a pipeline's period from traffic alone, per candidate (columns): the busiest level's traffic
+    `done` over the steps taken so far, plus at least `ahead` in at most `steps_left` more steps (levels x
+    candidates), on `pieces` pieces.
+
+    The windows starting at every `pieces`-th step cover a program, so one of
+    them carries at least its share: the whole program's traffic over the
+    ``ceil(max_steps / pieces)`` windows a program of up to `max_steps` steps
+    needs, the steps taken over the ``ceil(steps_done / pieces)`` windows that
+    cover them, the steps to come over ``ceil(steps_left / pieces)``.
+    """
+    whole = (done + ahead) / windows(max_steps, pieces)
+    floor = np.maximum(np.maximum(whole, done / windows(max(steps_done, 1), pieces)), ahead / windows(max(steps_left, 1), pieces))
+    return floor.max(axis=0, initial=0.0)
+
+
 @dataclass(frozen=True)
 class Successors:
     """Every step of a state space grouped by the state it is taken in (compressed rows)."""
@@ -230,7 +247,7 @@ class Successors:
     step: np.ndarray      # index into space.steps
     target: np.ndarray
     weight: np.ndarray
-    traffic: np.ndarray | None  # (levels, rows), when the costs have it
+    traffic: np.ndarray | PieceTraffic | None  # (levels, rows), when the costs have it
 
 
 def successors_by_state(costs: EdgeCosts) -> Successors:
@@ -370,9 +387,26 @@ class WholeTraffic:
     rows: np.ndarray  # (levels, rows)
     t: np.ndarray     # (steps + 1, levels, states)
 
-    def on_pieces(self, pieces: int) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, t) on one of `pieces` pieces: each over `pieces`."""
-        return self.rows / pieces, self.t / pieces
+    def on_pieces(self, pieces: int) -> tuple[PieceTraffic, np.ndarray]:
+        """(rows, t) on one of `pieces` pieces: each over `pieces` (the rows divided where they are read)."""
+        return PieceTraffic(self.rows, pieces), self.t / pieces
+
+
+@dataclass(frozen=True)
+class PieceTraffic:
+    """Per level and row, the traffic on one of `pieces` pieces: `whole` (the whole buffer's, levels x rows) over
+    `pieces`, divided where it is read (``[:, rows]`` indexing, as an array), so no piece count copies every row."""
+
+    whole: np.ndarray
+    pieces: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(levels, rows)."""
+        return self.whole.shape
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self.whole[key] / self.pieces
 
 
 def whole_traffic(space: StateSpace, model: CostModel, max_steps: int, deadline: Deadline | None = None) -> WholeTraffic:
@@ -508,7 +542,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         child_carried = carried[:, None] + load
         r = K - depth - 1
         spread = 1.0 / windows(K, pieces)
-        period_floor = np.maximum(tab.b[r][target], ((child_carried + tab.t[r][:, target]) * spread).max(axis=0, initial=0.0))
+        period_floor = np.maximum(tab.b[r][target], traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces))
         lower = g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
         limit = candidates.bound()
         for i in np.flatnonzero(lower <= limit).tolist():

@@ -283,7 +283,7 @@ def test_the_certificate_refuses_wrong_bracketed_tables(fault):
         values = mid.costs.values * 0.9
         tables[1] = dataclasses.replace(mid, costs=dataclasses.replace(mid.costs, values=values))
     elif fault == "traffic-not-scaled":
-        tables[1] = dataclasses.replace(mid, rows=dataclasses.replace(mid.rows, traffic=mid.rows.traffic * 0.5))
+        tables[1] = dataclasses.replace(mid, rows=dataclasses.replace(mid.rows, traffic=mid.rows.traffic[:, :] * 0.5))
     else:
         tables[-1] = dataclasses.replace(tables[-1], bracketed=True)
     with pytest.raises(CertificateError):
@@ -310,3 +310,20 @@ def test_a_model_not_affine_in_the_piece_size_gets_exact_tables():
     one = pipeline_tables(edge_costs(space, models(1)), 1, 4, None, whole)
     top = pipeline_tables(edge_costs(space, models(16)), 16, 4, None, whole)
     assert bracketed_tables(edge_costs(space, models(4)), 4, one, top, whole) is None
+
+
+@SLOW
+@given(cases(max_cells=3), st.sampled_from([(1, 2, 4), (1, 2, 4, 8, 16), (1, 4, 16)]), st.integers(3, 5))
+def test_the_pipelined_top_is_the_brute_forces(case, pieces, K):
+    """Every program within K steps costed at every piece count by solver.cost directly, the cheapest N kept: the
+    search's top N has exactly those costs (its bounds prune nothing that belongs there)."""
+    from hierarchies.abstract import enumerate_programs
+
+    p, req, size, kind = case
+    n = len(req.reduced_cells(p))
+    models = lambda k: cost_model(p, req, size / k, kind)
+    best = sorted(min(raw_program_cost(models, req.collective, n, raw, k)[0] for k in pieces if k == 1 or len(raw) > 1)
+                  for raw in enumerate_programs(req.collective, n, K))
+    sol = solve(p, req, size, K, top=5, model_kind=kind, pieces=pieces)
+    assert sol.optimal
+    assert [r.cost_s for r in sol.programs] == pytest.approx(best[:5], rel=1e-9)
