@@ -3,6 +3,7 @@ small recorded raw file, and (root only) a one-testbed end-to-end run of the tin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -390,3 +391,76 @@ def test_report_of_the_model_independent_protocol_recomputed_by_hand():
     assert s["cases_over_10_programs"] == len(hits10) == 2 and s["top10"] == sum(hits10) / 2
     assert s["noise_median"] == pytest.approx(statistics.median(spreads))
     assert s["tuned_loss_5pct"] == 0.0  # the tuner keeps the default unless beaten beyond noise
+
+
+# ---- resuming a partial campaign ------------------------------------------------------------------------------
+def _fake_testbed(monkeypatch, measured: list, fail: set = frozenset()):
+    """Stand-ins for the testbed and the tuner: `up` writes the nominal hierarchy, calibration a fitted one (its
+    node bandwidth tells the runs apart), every combo 'measures' one result; `measured` collects (testbed, index)."""
+    from scripts.accuracy import measure
+
+    runs = []
+
+    def testbed(*args, timeout=None, check=True):
+        if args[0] == "up":
+            nodes, ranks = int(args[args.index("--nodes") + 1]), int(args[args.index("--ranks-per-node") + 1])
+            levels = [{"name": "node", "count": nodes, "bandwidth_GBps": 0.1}, {"name": "core", "count": ranks}]
+            Path(args[args.index("--hierarchy-out") + 1]).write_text(json.dumps({"name": "tb", "levels": levels}))
+        elif "scripts.calibrate" in args:
+            runs.append(1)
+            nominal = json.loads(Path(args[args.index("--hierarchy") + 1]).read_text())
+            nominal["levels"][0]["bandwidth_GBps"] = 0.1 * len(runs)
+            Path(args[args.index("--out") + 1]).write_text(json.dumps(nominal))
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    def combo(suite, tb, workdir, h, pl, req, names, col, index, log):
+        measured.append((tb.name, index, h.levels[0].bandwidth_GBps))
+        out = {"index": index, "results": [{"program": "p", "measured_s": 1.0}]}
+        return {**out, "error": "exit 1"} if index in fail else out
+
+    monkeypatch.setattr(measure, "_testbed", testbed)
+    monkeypatch.setattr(measure, "_measure_combo", combo)
+
+
+TWO_TESTBEDS = dataclasses.replace(TINY, name="tiny2", collectives=("all_reduce", "reduce_scatter", "all_gather"), testbeds=(
+    TINY.testbeds[0], dataclasses.replace(TINY.testbeds[0], name="2x2-1gbit-b")))
+
+
+def test_a_resumed_campaign_measures_only_the_missing_combos(monkeypatch, tmp_path):
+    from scripts.accuracy.measure import measure_suite
+
+    first: list = []
+    _fake_testbed(monkeypatch, first, fail={1})
+    full = measure_suite(TWO_TESTBEDS, tmp_path, tmp_path / "a.raw.json", log=lambda s: None)
+    counts = {tb["testbed"]["name"]: len(tb["combos"]) for tb in full["testbeds"]}
+    assert counts == {"2x2-1gbit": 3, "2x2-1gbit-b": 3}
+    # cut the second testbed short, as a stopped run leaves it: its first two combos only (one of them failed)
+    partial = json.loads(json.dumps(full))
+    partial["testbeds"][1]["combos"] = partial["testbeds"][1]["combos"][:2]
+    again: list = []
+    _fake_testbed(monkeypatch, again)
+    resumed = measure_suite(TWO_TESTBEDS, tmp_path, tmp_path / "b.raw.json", log=lambda s: None,
+                            only=("2x2-1gbit-b",), resume=partial)
+    # the first testbed is kept as it was, unmeasured; the second measures the failed combo and the missing ones
+    assert resumed["testbeds"][0] == partial["testbeds"][0]
+    assert [i for _, i, _ in again] == [1] + list(range(2, counts["2x2-1gbit-b"]))
+    second = resumed["testbeds"][1]
+    assert [c["index"] for c in second["combos"]] == list(range(counts["2x2-1gbit-b"]))
+    assert not any("error" in c for c in second["combos"])
+    # predictions keep the first run's calibrated hierarchy; this run's calibration is recorded beside its combos
+    assert second["hierarchy"] == partial["testbeds"][1]["hierarchy"]
+    assert {bw for _, _, bw in again} == {Hierarchy.model_validate(second["hierarchy"]).levels[0].bandwidth_GBps}
+    (run,) = second["resumed"]
+    assert run["combos"] == [1] + list(range(2, counts["2x2-1gbit-b"]))
+    assert run["hierarchy"]["levels"][0]["bandwidth_GBps"] != second["hierarchy"]["levels"][0]["bandwidth_GBps"]
+    assert json.loads((tmp_path / "b.raw.json").read_text())["testbeds"] == resumed["testbeds"]
+
+
+def test_resume_refuses_another_suites_raw_document(tmp_path):
+    raw = tmp_path / "other.raw.json"
+    raw.write_text(json.dumps({"suite": TINY.to_json(), "testbeds": []}))
+    for bad, words in ((raw, "not a raw document of suite default"), (tmp_path / "missing.json", "not a readable")):
+        r = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--suite", "default", "--resume", str(bad),
+                            "--out", str(tmp_path / "o.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o.json").exists()

@@ -1,6 +1,8 @@
 """``python -m scripts.accuracy``: measure a suite on the testbed (root) or recompute from raw JSON.
 
     sudo python -m scripts.accuracy --suite default --out accuracy.json --plot docs/accuracy/predicted_vs_measured.png
+    sudo python -m scripts.accuracy --suite default --testbed 4x2-1gbit --resume docs/accuracy/raw.json \
+        --raw resumed.raw.json --out accuracy.json
     python -m scripts.accuracy --from-raw docs/accuracy/raw.json --out accuracy.json --plot docs/accuracy/predicted_vs_measured.png
 """
 
@@ -20,6 +22,8 @@ def parse_args(argv):
                    help="measure only this testbed of the suite (repeatable); merge the raw files afterwards with --from-raw")
     p.add_argument("--from-raw", type=Path, nargs="+", help="recompute the report from raw measurement JSON(s), no testbed; "
                    "several files are merged (their testbeds side by side; the first file's suite gives the split)")
+    p.add_argument("--resume", type=Path, metavar="RAW", help="an earlier raw document of the same suite: keep its "
+                   "combos and measure only the missing ones (with --testbed, only there; its other testbeds are kept)")
     p.add_argument("--raw", type=Path, default=None, help="where to write raw measurements (default: OUT with .raw.json); "
                    "with several --from-raw files, where to write the merged raw document")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-accuracy"), help="plans, bench outputs, hierarchies")
@@ -49,9 +53,15 @@ def main(argv=None) -> int:
             print(f"error: --testbed {unknown[0]}: not in suite {suite.name}; its testbeds: "
                   f"{', '.join(tb.name for tb in suite.testbeds)}", file=sys.stderr)
             return 2
+        resume = _resume(args.resume, suite) if args.resume else None
+        if args.resume and resume is None:
+            return 2
         raw_path = args.raw or args.out.with_suffix(".raw.json")
+        if args.resume and raw_path.resolve() == args.resume.resolve():
+            print(f"error: --raw {raw_path}: write the resumed run elsewhere than the document it resumes", file=sys.stderr)
+            return 2
         raw = measure_suite(suite, args.workdir, raw_path, log=lambda s: print(s, file=sys.stderr, flush=True),
-                            only=tuple(args.testbed))
+                            only=tuple(args.testbed), resume=resume)
         raw_name = str(raw_path)
     from scripts.accuracy.report import build_report, plot, plot_regret, summary_doc
 
@@ -70,6 +80,22 @@ def main(argv=None) -> int:
         args.summary.write_text(json.dumps(summary_doc(report, raw_name, args.plot), indent=2) + "\n")
     print(render(report))
     return 0
+
+
+def _resume(path: Path, suite) -> dict | None:
+    """The raw document `path` if it is one of `suite`; else None, with one line on stderr."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: --resume {path}: not a readable raw JSON document ({e.__class__.__name__})", file=sys.stderr)
+        return None
+    from scripts.accuracy.measure import measured_with
+
+    if not measured_with(doc, suite):
+        print(f"error: --resume {path}: not a raw document of suite {suite.name}; resume with the suite it was "
+              f"measured with", file=sys.stderr)
+        return None
+    return doc
 
 
 def merge_raw(raws: list[dict]) -> dict:

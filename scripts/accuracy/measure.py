@@ -46,18 +46,34 @@ def _testbed(*args: str, timeout: float | None = None, check: bool = True) -> su
     return r
 
 
-def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: tuple[str, ...] = ()) -> dict:
-    """Run the whole suite (or only its testbeds named in `only`); returns (and keeps writing) the raw document."""
+def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: tuple[str, ...] = (),
+                  resume: dict | None = None) -> dict:
+    """Run the whole suite (or only its testbeds named in `only`); returns (and keeps writing) the raw document.
+
+    `resume`: an earlier raw document of the same suite. Its testbeds not
+    measured now are kept as they are; a testbed measured now keeps its
+    combos and measures only those missing (or failed) there (:func:`measure_testbed`).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     raw = {"suite": suite.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "testbeds": []}
+    if resume is not None and not measured_with(resume, suite):
+        raise ValueError(f"the raw document to resume was measured with another suite than {suite.name}")
+    earlier = {tb["testbed"]["name"]: tb for tb in (resume or {}).get("testbeds", [])}
     for tb in suite.testbeds:
         if only and tb.name not in only:
+            if tb.name in earlier:
+                raw["testbeds"].append(earlier[tb.name])
             continue
-        measure_testbed(suite, tb, workdir, raw, raw_path, log)
+        measure_testbed(suite, tb, workdir, raw, raw_path, log, earlier.get(tb.name))
         _write(raw, raw_path)
     raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     _write(raw, raw_path)
     return raw
+
+
+def measured_with(raw: dict, suite: Suite) -> bool:
+    """Whether the raw document `raw` was measured with `suite` (as its JSON reads back)."""
+    return isinstance(raw, dict) and raw.get("suite") == json.loads(json.dumps(suite.to_json()))
 
 
 def _write(raw: dict, path: Path) -> None:
@@ -66,7 +82,16 @@ def _write(raw: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_path: Path, log) -> dict:
+def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_path: Path, log,
+                    earlier: dict | None = None) -> dict:
+    """Bring the testbed up, calibrate, measure every combo, bring it down; the testbed's raw entry.
+
+    With `earlier` (this testbed's entry of an earlier run) the entry starts
+    as that one: its combos are kept and not measured again (failed ones are),
+    its calibrated hierarchy stays the one the report fits from, and this
+    run's calibration is recorded under ``resumed`` beside the combos it
+    measured, so the two calibrations can be compared.
+    """
     nominal = workdir / f"{tb.name}.json"
     fitted = workdir / f"{tb.name}-fitted.json"
     up = ["up", "--nodes", str(tb.nodes), "--ranks-per-node", str(tb.ranks_per_node), "--inter-node", tb.inter_node,
@@ -74,7 +99,9 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
     if tb.racks > 1:
         up += ["--racks", str(tb.racks), "--inter-rack", str(tb.inter_rack)]
     _testbed("down", check=False)
-    entry: dict = {"testbed": tb.__dict__, "combos": []}
+    entry: dict = json.loads(json.dumps(earlier)) if earlier else {"testbed": tb.__dict__, "combos": []}
+    entry["combos"] = [c for c in entry["combos"] if "error" not in c]
+    done = {c["index"] for c in entry["combos"]}
     raw["testbeds"].append(entry)  # visible in partial writes
     try:
         _testbed(*up, timeout=120)
@@ -84,12 +111,17 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
         _testbed("run", "--timeout", "900", "--", "python", "-m", "scripts.calibrate", "--hierarchy", str(nominal),
                  "--out", str(fitted), "--max-bytes", str(cal_bytes), timeout=930)
         h = Hierarchy.model_validate_json(fitted.read_text())
-        entry["hierarchy"] = h.model_dump(mode="json", exclude_none=True)
-        entry["nominal"] = json.loads(nominal.read_text())
         cal_raw = fitted.with_suffix(".calibration.json")
+        record = {"hierarchy": h.model_dump(mode="json", exclude_none=True), "nominal": json.loads(nominal.read_text())}
         if cal_raw.exists():
-            entry["calibration"] = _calibration_summary(json.loads(cal_raw.read_text()))
+            record["calibration"] = _calibration_summary(json.loads(cal_raw.read_text()))
         log(f"[{tb.name}] fitted: {h.model_dump_json(exclude_none=True)}")
+        if earlier:
+            run = {**record, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "combos": []}
+            entry.setdefault("resumed", []).append(run)
+            h = Hierarchy.model_validate(entry["hierarchy"])
+        else:
+            entry.update(record)
         index = 0
         for axes in suite.axes_sets:
             for pl in placements(h, axes):
@@ -97,12 +129,17 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
                     req = make_request(pl, names, col)
                     if not req.reduced_cells(pl):
                         continue
-                    combo = _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log)
                     index += 1
+                    if index - 1 in done:
+                        continue
+                    combo = _measure_combo(suite, tb, workdir, h, pl, req, names, col, index - 1, log)
                     if combo is None:
                         continue
                     entry["combos"].append(combo)
+                    if earlier:
+                        entry["resumed"][-1]["combos"].append(combo["index"])
                     _write(raw, raw_path)
+        entry["combos"].sort(key=lambda c: c["index"])
     finally:
         _testbed("down", check=False)
     return entry
