@@ -34,6 +34,11 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def one_line(e: Exception) -> str:
+    """The first line of an exception's message (its type's name when it has none), for a one-line error."""
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     """``repr`` of user input, shortened to about `limit` characters so an error line stays one line."""
     text = repr(value)

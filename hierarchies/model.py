@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -63,6 +64,22 @@ class Level(BaseModel):
                                             description="fraction of the one-way rate each direction gets while both carry data")
 
 
+class CollectiveLibrary(str, Enum):
+    """The library that runs the collectives, whose own algorithm choices the simulator follows.
+
+    ``open-mpi``: Open MPI's tuned component (blocking calls) and libnbc
+    (non-blocking ones), as the runtime's numpy backend runs them; ``nccl``:
+    NCCL's ring and tree schedules. A hierarchy without one gets the ideal
+    schedules (the faster of the latency- and bandwidth-optimal one per step).
+    """
+
+    OPEN_MPI = "open-mpi"
+    NCCL = "nccl"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Link:
     """Resolved link figures of one level, in SI units (bytes/s, seconds)."""
@@ -81,6 +98,7 @@ class Hierarchy(BaseModel):
     levels: tuple[Level, ...] = Field(min_length=1, max_length=MAX_LEVELS, description="levels, outermost first")
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
+    library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl), whose algorithm choices the simulator follows; calibration sets it")
 
     @field_validator("levels")
     @classmethod

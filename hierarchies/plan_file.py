@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hierarchies.cli import quote
+from hierarchies.cli import one_line, quote
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement, PlacementError
 from hierarchies.program import Collective, NamedRequest, Program, Request
@@ -100,7 +100,7 @@ class PlanFile:
                 raise ValueError(f"{len(bodies)} request entries for {len(self.requests)} requests")
             requests = tuple(_request_programs(p, body, placement) for p, body in zip(self.requests, bodies))
         except (AttributeError, KeyError, TypeError, ValueError, PlacementError) as e:
-            raise PlanFileError(f"placement {index}: bad entry: {_one_line(e)}") from None
+            raise PlanFileError(f"placement {index}: bad entry: {one_line(e)}") from None
         return PlannedPlacement(index, placement, requests)
 
     def request_names(self) -> tuple[str, ...]:
@@ -127,10 +127,6 @@ def _request(axes: tuple[Axis, ...], spec: dict) -> Request:
     return Request(frozenset(names.index(a) for a in spec["axes"]), Collective(spec.get("collective", "all_reduce")))
 
 
-def _one_line(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
 def parse_plan_file(data: Any) -> PlanFile:
     """A PlanFile from the decoded JSON of a result; PlanFileError with the first problem found."""
     if not isinstance(data, dict):
@@ -150,7 +146,7 @@ def parse_plan_file(data: Any) -> PlanFile:
         first = e.errors(include_url=False)[0]
         raise PlanFileError(f"bad plan: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise PlanFileError(f"bad plan: {type(e).__name__}: {_one_line(e)}") from None
+        raise PlanFileError(f"bad plan: {type(e).__name__}: {one_line(e)}") from None
     return PlanFile(hierarchy, axes, requests, tuple(data["placements"]), is_workload, data)
 
 
@@ -161,5 +157,5 @@ def load_plan_file(path: str | Path) -> PlanFile:
     except OSError as e:
         raise PlanFileError(f"cannot read plan {quote(str(path))}: {e.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PlanFileError(f"plan {quote(str(path))} is not JSON: {_one_line(e)}") from None
+        raise PlanFileError(f"plan {quote(str(path))} is not JSON: {one_line(e)}") from None
     return parse_plan_file(data)

@@ -15,7 +15,8 @@ For each level ``l`` with two or more children (:func:`measure_level`):
   at most 1), the figure the simulator's exchanging schedules use; written for every
   level but the innermost, whose two-way time measures CPU copies contending.
 
-:func:`fitted_hierarchy` writes the figures into a hierarchy. Only the hierarchy
+:func:`fitted_hierarchy` writes the figures into a hierarchy, with the MPI library that ran them
+(``Hierarchy.library``: the simulator follows Open MPI's algorithm choices). Only the hierarchy
 model and numpy are needed (mpi4py for measuring), never the solver or Z3.
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hierarchies.model import Hierarchy
+from hierarchies.model import CollectiveLibrary, Hierarchy
 
 KiB, MiB = 1024, 1024 * 1024
 LATENCY_SIZES = (8, 256, 4 * KiB)
@@ -94,13 +95,20 @@ def significant(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def library_of(mpi_version: str) -> CollectiveLibrary | None:
+    """The collective library an MPI library string names (``MPI.Get_library_version()``); None for one whose
+    algorithm choices the simulator does not know."""
+    return CollectiveLibrary.OPEN_MPI if mpi_version.lstrip().startswith("Open MPI") else None
+
+
 def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = None,
-                     reduce_GBps: float | None = None) -> Hierarchy:
+                     reduce_GBps: float | None = None, library: CollectiveLibrary | None = None) -> Hierarchy:
     """`h` with each measured level's latency, bandwidth, uplink and duplex efficiency replaced by the fitted figures
     (a level whose measurements could not be fitted keeps its figures).
 
     `reduce_GBps` (the rate a device sums data, all devices at once) is set where the
-    hierarchy model has that field; every other field of `h` is kept.
+    hierarchy model has that field, and `library` (the one that ran the measurements) where given;
+    every other field of `h` is kept.
     """
     levels = list(h.levels)
     for l, res in results.items():
@@ -117,6 +125,8 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
     update = {"name": name or f"{h.name}-fitted", "levels": tuple(levels)}
     if reduce_GBps is not None and "reduce_GBps" in Hierarchy.model_fields:
         update["reduce_GBps"] = significant(reduce_GBps)
+    if library is not None:
+        update["library"] = library
     out = h.model_copy(update=update)
     return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads
 

@@ -56,7 +56,7 @@ from hierarchies.cli import enum_argument, write_json_atomic, write_text_atomic
 from hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from runtime.backends import BackendKind
 from runtime.bench import Job, Runner, mismatches
-from runtime.calibration import MiB, Bench, fitted_hierarchy, measure_level, message_sizes, significant
+from runtime.calibration import MiB, Bench, fitted_hierarchy, library_of, measure_level, message_sizes, significant
 from runtime.data import element_count, index_bits, reduction_group, tagged_data, timed_expected, timed_input
 from runtime.executor import Buffers
 from runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded, start_job
@@ -236,7 +236,7 @@ def refit(plan: PlanFile, world: MPI.Intracomm, largest: int):
         if "fit_error" in res:
             print(f"warning: level {res['level']}: not refitted ({res['fit_error']}); it keeps the plan's figures",
                   file=sys.stderr, flush=True)
-    return fitted_hierarchy(h, results, f"{h.name}-tuned")
+    return fitted_hierarchy(h, results, f"{h.name}-tuned", library=library_of(MPI.Get_library_version()))
 
 
 def _figures(m: Measured, wrong: int) -> dict:

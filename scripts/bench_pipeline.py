@@ -3,7 +3,7 @@
     python -m scripts.bench_pipeline plan --hierarchy H.json --bytes 16M --out /tmp/pipe16.json
     sudo env PATH="$PATH" python -m scripts.testbed run -- python -m runtime.tune /tmp/pipe16.json \\
         --out /tmp/tuned16.json --top 5 --no-refit
-    python -m scripts.bench_pipeline table /tmp/tuned16.json [/tmp/tuned64.json ...]
+    python -m scripts.bench_pipeline table /tmp/tuned16.json [/tmp/tuned64.json ...] [--hierarchy H2.json]
 
 ``plan`` solves ``all_reduce`` over one axis ``data`` covering the whole
 hierarchy H (a calibrated or fitted hierarchy file, e.g.
@@ -18,7 +18,10 @@ side in one job, under the same load.
 
 ``table`` prints, per tuned plan, every measured program: its median and
 interval, the prediction and measured / predicted, and its speedup over the
-same program run sequentially and over the default (ratios of medians).
+same program run sequentially and over the default (ratios of medians). The
+prediction is the plan's own, or with ``--hierarchy`` the simulator's today on
+that hierarchy (to see what a changed model or refitted hierarchy predicts for
+measurements already made).
 Exit 2 on bad arguments, 1 if a measured program had wrong elements.
 """
 
@@ -30,7 +33,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hierarchies.cli import ArgumentParser, UsageError, size_argument, write_text_atomic
+from hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_text_atomic
+from hierarchies.model import Hierarchy
+from hierarchies.plan_file import PlanFileError, parse_plan_file
+from hierarchies.program import Program
+from solver.models import program_cost
 
 PIECES = (1, 2, 4, 8, 16)
 
@@ -48,6 +55,7 @@ def parse_args(argv):
     plan.add_argument("--out", type=Path, required=True, help="the plan JSON")
     table = sub.add_parser("table", help="print the measured table of tuned plans")
     table.add_argument("tuned", type=Path, nargs="+", help="runtime.tune outputs of plans written by 'plan'")
+    table.add_argument("--hierarchy", type=Path, help="predict with the simulator on this hierarchy instead of the plan's figures")
     return p.parse_args(argv)
 
 
@@ -93,9 +101,21 @@ def _devices(hierarchy: dict) -> int:
     return n
 
 
-def table(tuned: dict) -> tuple[list[str], int]:
-    """The markdown rows of one tuned plan and its wrong-element count."""
+def predictions(tuned: dict, hierarchy: Hierarchy) -> dict[int, float]:
+    """The simulator's prediction on `hierarchy` of every program of a tuned plan (the default's too), by ``id`` of
+    its JSON entry."""
+    entry = tuned["placements"][0]
+    plan = parse_plan_file({**tuned, "hierarchy": json.loads(hierarchy.model_dump_json())})
+    planned = plan.placement(0)
+    placement, request = planned.placement, planned.request().named.request
+    return {id(p): program_cost(placement, request, Program.from_json(p, placement), tuned["message_bytes"], "simulator")
+            for p in [entry["default"], *entry["programs"]]}
+
+
+def table(tuned: dict, hierarchy: Hierarchy | None = None) -> tuple[list[str], int]:
+    """The markdown rows of one tuned plan and its wrong-element count; predictions from `hierarchy` when given."""
     placement = tuned["placements"][0]
+    cost = predictions(tuned, hierarchy) if hierarchy else {id(p): p["cost_s"] for p in [placement["default"], *placement["programs"]]}
     default = placement["default"]
     measured = [p for p in placement["programs"] if "measured_s" in p and not p.get("is_default")]
     sequential = next((p for p in measured if p.get("pipeline", 1) == 1), None)
@@ -106,7 +126,7 @@ def table(tuned: dict) -> tuple[list[str], int]:
         low, high = p["measured_ci_s"]
         vs_seq = f"{sequential['measured_s'] / p['measured_s']:.2f}" if sequential and p is not default else ""
         rows.append(f"| {size >> 20} MiB | {name} | {p['measured_s'] * 1e3:.1f} | [{low * 1e3:.1f}, {high * 1e3:.1f}] | "
-                    f"{p['cost_s'] * 1e3:.1f} | {p['measured_s'] / p['cost_s']:.2f} | {vs_seq} | "
+                    f"{cost[id(p)] * 1e3:.1f} | {p['measured_s'] / cost[id(p)]:.2f} | {vs_seq} | "
                     f"{default['measured_s'] / p['measured_s']:.2f} | {p.get('wrong', 0)} |")
     return rows, sum(int(p.get("wrong", 0)) for p in listed)
 
@@ -129,13 +149,19 @@ def main(argv=None) -> int:
             steps = " -> ".join(f"{s['op']}" for s in plan["placements"][0]["programs"][0]["steps"])
             print(f"wrote {args.out}: {steps} on {', '.join(str(p['pipeline']) for p in plan['placements'][0]['programs'])} pieces")
             return 0
+        hierarchy = None
+        if args.hierarchy:
+            try:
+                hierarchy = Hierarchy.model_validate_json(args.hierarchy.read_text())
+            except (OSError, ValueError) as e:
+                raise UsageError(f"--hierarchy: cannot read {args.hierarchy}: {one_line(e)}") from None
         print(HEADER)
         wrong = 0
         for path in args.tuned:
             try:
-                rows, bad = table(json.loads(path.read_text()))
-            except (OSError, ValueError, KeyError) as e:
-                raise UsageError(f"{path}: not a tuned plan of scripts.bench_pipeline ({e})") from None
+                rows, bad = table(json.loads(path.read_text()), hierarchy)
+            except (OSError, ValueError, KeyError, PlanFileError) as e:
+                raise UsageError(f"{path}: not a tuned plan of scripts.bench_pipeline ({one_line(e)})") from None
             print("\n".join(rows))
             wrong += bad
         return 1 if wrong else 0

@@ -51,6 +51,7 @@ from runtime.calibration import (  # the measuring and the fit live in the runti
     MiB,
     fit_alpha_beta,
     fitted_hierarchy,
+    library_of,
     measure_level,
     message_sizes,
     significant,
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         reduce_alone, reduce_rates = bench.reduce_rates(min(args.max_bytes, REDUCE_BYTES))
         if rank == 0:
             reduce_GBps = statistics.median(reduce_rates) / 1e9
-            fitted = fitted_hierarchy(h, results, args.name, reduce_GBps)
+            fitted = fitted_hierarchy(h, results, args.name, reduce_GBps, library_of(MPI.Get_library_version()))
             out = Path(args.out)
             raw = Path(args.raw) if args.raw else out.with_suffix(".calibration.json")
             out.write_text(fitted.model_dump_json(indent=2, exclude_none=True) + "\n")

@@ -7,8 +7,8 @@ from enum import Enum
 
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Placement
-from hierarchies.program import Collective, Request
-from solver.cost import AlphaBeta, CostModel
+from hierarchies.program import Collective, Program, Request, to_raw
+from solver.cost import AlphaBeta, CostModel, raw_program_cost
 from solver.simulator import Simulator
 
 
@@ -23,11 +23,23 @@ class CostModelKind(str, Enum):
 
 
 def cost_model(placement: Placement, request: Request, message_bytes: float,
-               kind: CostModelKind | str = CostModelKind.ALPHA_BETA) -> CostModel:
-    """The cost model `kind` for `request` on `placement` at `message_bytes`."""
+               kind: CostModelKind | str = CostModelKind.ALPHA_BETA, pieces: int = 1) -> CostModel:
+    """The cost model `kind` for one piece of `request` on `placement`: `message_bytes` cut into `pieces`
+    (more than one: the runtime runs the steps as non-blocking collectives, which the simulator knows)."""
     if CostModelKind(kind) is CostModelKind.SIMULATOR:
-        return Simulator(placement, request, message_bytes)
-    return AlphaBeta(placement, request, message_bytes)
+        return Simulator(placement, request, message_bytes / pieces, nonblocking=pieces > 1)
+    return AlphaBeta(placement, request, message_bytes / pieces)
+
+
+def program_cost(placement: Placement, request: Request, program: Program, message_bytes: float,
+                 kind: CostModelKind | str = CostModelKind.ALPHA_BETA) -> float:
+    """Predicted seconds of `program` (on its ``pipeline`` pieces) for `request` at `message_bytes` under model `kind`:
+    the figure the solver reports as its ``cost_s``."""
+    if not program.steps:
+        return 0.0
+    cells = request.reduced_cells(placement)
+    models = lambda pieces: cost_model(placement, request, message_bytes, kind, pieces)
+    return raw_program_cost(models, request.collective, len(cells), to_raw(program, cells), program.pipeline)[0]
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,7 @@ def _models(placement: Placement, request: Request, message_bytes: int, kind: Co
 
     def models(pieces: int) -> CostModel:
         if pieces not in built:
-            built[pieces] = cost_model(placement, request, message_bytes / pieces, kind)
+            built[pieces] = cost_model(placement, request, message_bytes, kind, pieces)
         return built[pieces]
 
     return models

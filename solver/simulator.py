@@ -23,6 +23,11 @@ the emulated cluster call for (see ``docs/simulator.md``):
   directions of a link carry data at once; each direction then gets
   ``Level.duplex_efficiency`` of the one-way rates calibration measures
   (on the tbf-shaped testbed about 0.5-0.75; none on a level without it).
+* the library's own reduce_scatter: under Open MPI (``Hierarchy.library``)
+  ``MPI_Reduce_scatter_block`` is a reduce to the group's first rank followed
+  by a linear scatter wherever Open MPI's fixed rules pick "basic_linear"
+  (large blocks in small groups), and always in its non-blocking form
+  (libnbc), which pipelined programs run (``nonblocking``).
 
 Written against the same tiny algebra as AlphaBeta, so Z3 minimises exactly
 what the report prints. ``log2 k`` is the sum of ``log2`` of the slice's
@@ -36,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hierarchies.model import CollectiveLibrary
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
 from solver.cost import Algebra, all_to_all_time, level_time, step_shape, step_traffic
@@ -47,6 +53,26 @@ def _min(alg: Algebra, a: Any, b: Any) -> Any:
 
 def _max(alg: Algebra, a: Any, b: Any) -> Any:
     return alg.ite(a > b, a, b)
+
+
+# Open MPI 5's fixed rules for MPI_Reduce_scatter_block with a commutative op (coll/tuned,
+# ompi_coll_tuned_reduce_scatter_block_intra_dec_fixed): for groups of fewer than `below` members it runs
+# "basic_linear" (a reduce to rank 0, then a linear scatter) when one member's block has `lo` <= bytes < `hi`,
+# otherwise recursive halving or butterfly (both bandwidth-optimal). Each row applies to group sizes from the
+# previous row's `below`; the last to every larger group.
+OPEN_MPI_LINEAR_REDUCE_SCATTER = ((4, 131072, math.inf), (8, 1048576, math.inf), (16, 524288, 4194304),
+                                  (32, 524288, 2097152), (math.inf, 65536, 262144))
+
+
+def open_mpi_linear_reduce_scatter(alg: Algebra, k: Any, block: Any) -> Any:
+    """Whether Open MPI's fixed rules run a reduce_scatter over `k` members, `block` bytes each, as reduce + scatter."""
+    def within(lo: float, hi: float) -> Any:
+        return alg.ite(block < lo, 0.0, 1.0 if hi == math.inf else alg.ite(block < hi, 1.0, 0.0))
+
+    flag = within(*OPEN_MPI_LINEAR_REDUCE_SCATTER[-1][1:])
+    for below, lo, hi in reversed(OPEN_MPI_LINEAR_REDUCE_SCATTER[:-1]):
+        flag = alg.ite(k < below, within(lo, hi), flag)
+    return flag > 0.5
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,9 @@ class Simulator:
     # rounds cross, as recursive halving/doubling and Rabenseifner over ranks in order do, which Open MPI
     # picks for 4-15 ranks above 8 KiB; see docs/simulator.md, "Flat groups").
     hierarchy_aware: bool = False
+    # Whether the step runs as a non-blocking collective (a pipelined program's pieces do): under Open MPI that is
+    # libnbc, whose reduce_scatter is always a binomial reduce to rank 0 and a linear scatter.
+    nonblocking: bool = False
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
         """Predicted seconds of one step ``(op, S)`` given the scattered `Y` and rooted `Z` cells."""
@@ -120,12 +149,32 @@ class Simulator:
         ar = _min(alg, exchange_rounds + round_gamma, ring_ar)
         r = _min(alg, rounds + round_gamma, scatter_based + part * gamma)
         b = _min(alg, rounds, scatter_based)
+        if h.library is CollectiveLibrary.OPEN_MPI:
+            rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
 
         time = alg.ite(alg.is_op(op, Collective.ALL_REDUCE), ar,
                alg.ite(alg.is_op(op, Collective.REDUCE_SCATTER), rs,
                alg.ite(alg.is_op(op, Collective.ALL_GATHER), ag,
                alg.ite(alg.is_op(op, Collective.REDUCE), r, b))))
         return time + (h.step_overhead_us or 0.0) * 1e-6
+
+    def _open_mpi_reduce_scatter(self, alg: Algebra, shape, S, Z, lat: Any, part: Any, bandwidth_optimal: Any,
+                                 reduce: Any, binomial_reduce: Any) -> Any:
+        """Open MPI's reduce_scatter: where it runs reduce + linear scatter (see ``open_mpi_linear_reduce_scatter``),
+        the reduce (libnbc: a binomial tree) and then the first rank sending the other members their blocks,
+        ``(k-1)/k`` of its buffer, one way over the slowest spanned level (its uplink shared by the roots of the
+        groups crossing it); elsewhere the bandwidth-optimal schedule."""
+        h = self.placement.hierarchy
+        scatter = 0.0
+        for l in range(len(h.levels)):
+            if any(lv == l for lv in shape.levels):
+                alone = part * (1.0 / h.links[l].bandwidth)
+                t = _max(alg, level_time(alg, self.placement, l, part, S, Z, shape.factors, shape.levels), alone)
+                scatter = alg.ite(shape.spans[l], _max(alg, t, scatter), scatter)
+        if self.nonblocking:
+            return binomial_reduce + lat + scatter
+        linear = open_mpi_linear_reduce_scatter(alg, shape.k, shape.m_over_k)
+        return alg.ite(linear, reduce + lat + scatter, bandwidth_optimal)
 
     def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
         """Per level, the seconds the step keeps its links busy: the alpha-beta accounting (``solver.cost.step_traffic``)."""

@@ -42,7 +42,7 @@ def bars(placement: Placement, named: NamedRequest, program: Program, pieces: in
     request = named.request
     cells = request.reduced_cells(placement)
     raw = to_raw(program, cells)
-    models = lambda p: cost_model(placement, request, named.message_bytes / p, kind)
+    models = lambda p: cost_model(placement, request, named.message_bytes, kind, p)
     total, stages = raw_program_cost(models, request.collective, len(cells), raw, pieces)
     period = 0.0
     if pieces > 1:

@@ -16,13 +16,14 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
-from hierarchies.model import Hierarchy
+from hierarchies.model import CollectiveLibrary, Hierarchy
 from runtime.stats import Interval, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.report import (
     NEW_FIELDS,
     SUMMARY_FIELDS,
     build_report,
+    load_cases,
     measured_time,
     plot,
     summary_doc,
@@ -124,8 +125,7 @@ def test_the_sample_never_looks_at_a_model(monkeypatch):
         raise AssertionError("the sample consulted a cost model")
 
     monkeypatch.setattr(P, "predict", refuse)
-    monkeypatch.setattr(P, "cost_model", refuse)
-    monkeypatch.setattr(P, "program_seconds", refuse)
+    monkeypatch.setattr(P, "program_cost", refuse)
     h = Hierarchy(name="t", levels=({"name": "node", "count": 4, "bandwidth_GBps": 1.0}, {"name": "core", "count": 2, "bandwidth_GBps": 8.0}))
     pl = Placement(h, (Axis(name="data", size=8),), ((4, 2),))
     req = P.make_request(pl, ("data",), "all_reduce")
@@ -168,6 +168,16 @@ def test_report_from_recorded_raw(report):
     # combo 0 is the fit subset (index % fit_every == 0); the metrics are on the 6 others
     assert report["fit"]["cases"] == 2
     assert [c["fit"] for c in report["cases"]] == [True, True, False, False, False, False, False, False]
+
+
+def test_a_raw_document_recorded_before_the_library_field_predicts_with_the_library_its_calibration_names():
+    raw = json.loads(SMOKE_FIXTURE.read_text())
+    tb = raw["testbeds"][0]
+    assert "library" not in tb["hierarchy"] and tb["calibration"]["mpi"].startswith("Open MPI")
+    _, hierarchies = load_cases(raw)
+    assert hierarchies[tb["testbed"]["name"]].library is CollectiveLibrary.OPEN_MPI
+    tb["calibration"]["mpi"] = "MPICH Version: 4.2.0"
+    assert load_cases(raw)[1][tb["testbed"]["name"]].library is None
 
 
 def _average_ranks(values):

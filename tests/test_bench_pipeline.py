@@ -42,8 +42,36 @@ def test_the_table_gives_ratios_of_medians_and_exit_1_on_wrong_elements(tmp_path
     assert bench_pipeline.main(["table", str(path)]) == 1
 
 
+def test_the_table_predicts_on_another_hierarchy_what_the_solver_would(tmp_path, capsys):
+    """``table --hierarchy H`` re-predicts every measured program with the simulator on H: on the plan's own hierarchy
+    that is the plan's cost_s of every piece count and of the default; on an Open MPI one, whose reduce_scatter is
+    a reduce and a linear scatter at these sizes, a program with a reduce_scatter step is predicted slower."""
+    (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
+    plan = tmp_path / "plan.json"
+    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "16M", "--pieces", "4",
+                                "--out", str(plan)]) == 0
+    tuned = json.loads(plan.read_text())
+    entry = tuned["placements"][0]
+    for p in [entry["default"], *entry["programs"]]:
+        p.update(measured_s=1.0, measured_ci_s=[0.9, 1.1], wrong=0)
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(tuned))
+    from hierarchies.model import Hierarchy
+    same = bench_pipeline.predictions(tuned, Hierarchy.model_validate(HIERARCHY))
+    assert [same[id(p)] for p in [entry["default"], *entry["programs"]]] == \
+        pytest.approx([p["cost_s"] for p in [entry["default"], *entry["programs"]]], rel=1e-12)
+    open_mpi = bench_pipeline.predictions(tuned, Hierarchy.model_validate({**HIERARCHY, "library": "open-mpi"}))
+    sequential = entry["programs"][-1]
+    assert sequential["pipeline"] == 1 and sequential["steps"][0]["op"] == "reduce_scatter"
+    assert open_mpi[id(sequential)] > same[id(sequential)] and open_mpi[id(entry["default"])] == same[id(entry["default"])]
+    (tmp_path / "om.json").write_text(json.dumps({**HIERARCHY, "library": "open-mpi"}))
+    assert bench_pipeline.main(["table", str(path), "--hierarchy", str(tmp_path / "om.json")]) == 0
+    assert f"{open_mpi[id(entry['programs'][-1])] * 1e3:.1f}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv", [["plan", "--hierarchy", "/nonexistent.json", "--bytes", "16M", "--out", "x.json"],
-                                  ["plan", "--bytes", "16M"], ["table", "/nonexistent.json"]])
+                                  ["plan", "--bytes", "16M"], ["table", "/nonexistent.json"],
+                                  ["table", "/nonexistent.json", "--hierarchy", "/nonexistent-h.json"]])
 def test_bad_arguments_give_one_line_and_exit_2(argv, capsys):
     assert bench_pipeline.main(argv) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1

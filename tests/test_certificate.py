@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from hierarchies.model import CollectiveLibrary
 from hierarchies import statespace
 from hierarchies.statespace import state_space
 from p2synth_encodings import programs as sketches
@@ -32,7 +33,8 @@ def _links(p: Placement, draw) -> Placement:
         "uplink_GBps": draw(st.sampled_from([None, 5.0, 50.0])),
     }) for lv in p.hierarchy.levels)
     return Placement(Hierarchy(name="random", levels=levels, reduce_GBps=draw(st.sampled_from([None, 20.0])),
-                               step_overhead_us=draw(st.sampled_from([None, 30.0]))), p.axes, p.matrix)
+                               step_overhead_us=draw(st.sampled_from([None, 30.0])),
+                               library=draw(st.sampled_from([None, CollectiveLibrary.OPEN_MPI]))), p.axes, p.matrix)
 
 
 @st.composite

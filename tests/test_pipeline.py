@@ -84,7 +84,7 @@ def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
     p, req, size, kind = case
     n = len(req.reduced_cells(p))
     K = 3
-    models = lambda k: cost_model(p, req, size / k, kind)
+    models = lambda k: cost_model(p, req, size, kind, k)
     pipelines = [PieceCosts(k, models(k).step_time, models(k).traffic, pipelined_seconds) for k in pieces if k > 1]
     (z3_best,) = ProgramSketch(req.collective, n, K, models(1).step_time, pipelines).top(1)
     ours = solve(p, req, size, K, top=3, model_kind=kind, pieces=pieces, proof=Proof.Z3)
@@ -95,7 +95,7 @@ def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
 
 def _pipelined_search(pieces=4, top=5):
     space = state_space(AR, 2)
-    model = cost_model(P8, REQ, (64 << 20) / pieces)
+    model = cost_model(P8, REQ, 64 << 20, pieces=pieces)
     costs = edge_costs(space, model, with_traffic=True)
     h, b, t = cost_to_go(costs, 4), bottleneck_to_go(costs, 4), traffic_to_go(costs, 4)
     cands = Candidates(top)
@@ -217,7 +217,7 @@ def test_traffic_on_a_piece_is_the_whole_buffers_over_the_pieces(case, pieces):
     p, req, size, kind = case
     space = state_space(req.collective, len(req.reduced_cells(p)))
     whole = edge_costs(space, cost_model(p, req, size, kind), with_traffic=True).loads
-    piece = edge_costs(space, cost_model(p, req, size / pieces, kind), with_traffic=True).loads
+    piece = edge_costs(space, cost_model(p, req, size, kind, pieces), with_traffic=True).loads
     np.testing.assert_allclose(piece, whole / pieces, rtol=1e-12, atol=0)
 
 
@@ -250,7 +250,7 @@ def test_bracketed_tables_rank_as_exact_ones_do(case):
 def _tables(pieces=(2, 4, 16)):
     """The whole traffic, one piece's tables and the search's tables for P8 at 64 MiB (middle ones bracketed)."""
     space = state_space(AR, 2)
-    models = lambda k: cost_model(P8, REQ, (64 << 20) / k)
+    models = lambda k: cost_model(P8, REQ, 64 << 20, pieces=k)
     whole = whole_traffic(space, models(1), 4)
     one = pipeline_tables(edge_costs(space, models(1)), 1, 4, None, whole)
     top = pipeline_tables(edge_costs(space, models(pieces[-1])), pieces[-1], 4, None, whole)
@@ -321,7 +321,7 @@ def test_the_pipelined_top_is_the_brute_forces(case, pieces, K):
 
     p, req, size, kind = case
     n = len(req.reduced_cells(p))
-    models = lambda k: cost_model(p, req, size / k, kind)
+    models = lambda k: cost_model(p, req, size, kind, k)
     best = sorted(min(raw_program_cost(models, req.collective, n, raw, k)[0] for k in pieces if k == 1 or len(raw) > 1)
                   for raw in enumerate_programs(req.collective, n, K))
     sol = solve(p, req, size, K, top=5, model_kind=kind, pieces=pieces)

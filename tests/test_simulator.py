@@ -10,20 +10,22 @@ from hierarchies import abstract
 from solver import explicit
 from solver.cost import step_seconds
 from solver.search import solve
-from solver.simulator import Simulator
+from solver.cost import PY
+from solver.simulator import Simulator, open_mpi_linear_reduce_scatter
+from hierarchies.model import CollectiveLibrary
 
 AR, RS, AG, R, B, A2A = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 
-def _pair(uplink=None, duplex=None):
+def _pair(uplink=None, duplex=None, library=None):
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0, uplink_GBps=uplink, duplex_efficiency=duplex),
-                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0)
+                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library)
     return Placement(h, (Axis(name="data", size=2),), ((2, 1),))
 
 
-def _t(p, op, size, Y=0, Z=0):
-    sim = Simulator(p, Request(frozenset({0})), size)
+def _t(p, op, size, Y=0, Z=0, nonblocking=False):
+    sim = Simulator(p, Request(frozenset({0})), size, nonblocking=nonblocking)
     return step_seconds(sim, abstract.AbstractState(0, Y, Z), op, 1, 1)
 
 
@@ -66,6 +68,64 @@ def test_two_way_traffic_slows_the_exchanging_schedules_by_the_duplex_efficiency
     assert _t(_pair(duplex=0.5), B, big) == _t(_pair(), B, big)
 
 
+OPEN_MPI = CollectiveLibrary.OPEN_MPI
+
+
+def test_open_mpis_rules_for_a_linear_reduce_scatter_at_their_boundaries():
+    """Open MPI 5's fixed rules (coll/tuned) for reduce_scatter_block: (group size, bytes per member) -> linear?"""
+    KiB, MiB = 1024, 1 << 20
+    cases = {(2, 128 * KiB - 1): False, (2, 128 * KiB): True, (3, 64 * MiB): True,
+             (4, MiB - 1): False, (4, MiB): True, (7, 256 * MiB): True,
+             (8, 512 * KiB - 1): False, (8, 512 * KiB): True, (8, 4 * MiB - 1): True, (8, 4 * MiB): False,
+             (16, 512 * KiB): True, (16, 2 * MiB): False, (31, MiB): True,
+             (32, 64 * KiB - 1): False, (32, 64 * KiB): True, (64, 256 * KiB - 1): True, (64, 256 * KiB): False}
+    assert {key: open_mpi_linear_reduce_scatter(PY, float(key[0]), float(key[1])) for key in cases} == cases
+
+
+def test_open_mpi_reduce_scatter_of_a_large_block_is_a_reduce_then_a_linear_scatter():
+    """Two members, 512 KiB each (Open MPI runs basic_linear): the reduce to rank 0 (the cheaper of the binomial tree and
+    the scatter-based reduce, here the latter: 2 alpha, m one way, m/2 summed), then rank 0 sends the other its
+    half one way (alpha + m/2)."""
+    m, G = float(1 << 20), GAMMA_GBPS * 1e9
+    reduce = min(ALPHA + m / BW + m / G, 2 * ALPHA + m / BW + (m / 2) / G)
+    assert math.isclose(_t(_pair(library=OPEN_MPI), RS, m), reduce + ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
+    # the exchange it replaces would take alpha + m/2 + m/2 summed: the linear one is slower by m/2 one way
+    assert _t(_pair(library=OPEN_MPI), RS, m) > _t(_pair(), RS, m) + 0.9 * (m / 2) / BW
+
+
+def test_open_mpi_reduce_scatter_of_small_blocks_and_other_libraries_keep_the_exchange():
+    small = float(128 << 10)  # 64 KiB per member: Open MPI runs butterfly, the bandwidth-optimal schedule
+    assert _t(_pair(library=OPEN_MPI), RS, small) == _t(_pair(), RS, small)
+    big = float(1 << 26)
+    for library in (None, CollectiveLibrary.NCCL):
+        assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
+    # the other collectives do not change
+    for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
+        assert _t(_pair(library=OPEN_MPI), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
+
+
+def test_open_mpi_nonblocking_reduce_scatter_is_always_a_binomial_reduce_then_a_linear_scatter():
+    """libnbc's Ireduce_scatter_block, what a pipelined program's pieces run, at any size: the binomial reduce
+    (alpha + m one way + m summed), then the linear scatter (alpha + m/2 one way)."""
+    G = GAMMA_GBPS * 1e9
+    for m in (4096.0, float(128 << 10), float(1 << 26)):
+        expected = ALPHA + m / BW + m / G + ALPHA + (m / 2) / BW + OVERHEAD
+        assert math.isclose(_t(_pair(library=OPEN_MPI), RS, m, nonblocking=True), expected, rel_tol=1e-12)
+
+
+def test_open_mpi_linear_scatter_shares_the_roots_uplink():
+    """node 2 x core 4, RS over data@node: four groups, whose roots all sit on node 0, share its 1 GB/s NIC; each
+    root sends its m/2 one way: 4 * (m/2) / 1 GB/s after the reduce."""
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
+                          Level(name="core", count=4, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI)
+    p = Placement(h, (Axis(name="data", size=2), Axis(name="model", size=4)), ((2, 1), (1, 4)))
+    m = float(1 << 26)
+    linear = Simulator(p, Request(frozenset({0}), RS), m)
+    # the reduce: the model's own reduce step over the same group (tested by hand above)
+    reduce = step_seconds(Simulator(p, Request(frozenset({0}), R), m), abstract.start_state(R, 1), R, 1, 1)
+    assert math.isclose(step_seconds(linear, abstract.start_state(RS, 1), RS, 1, 1), reduce + ALPHA + 4 * (m / 2) / 1e9, rel_tol=1e-12)
+
+
 def test_shared_uplink_slows_concurrent_groups():
     # node 2 x core 4, one NIC per node (1 GB/s) shared by its 4 cores; AR over data@node (4 groups at once)
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
@@ -85,7 +145,8 @@ def _random_placement(draw):
         Level(name="node", count=counts[0], bandwidth_GBps=draw(st.sampled_from([0.1, 1.0])), latency_us=50,
               uplink_GBps=draw(st.sampled_from([None, 0.2])), duplex_efficiency=draw(st.sampled_from([None, 0.5]))),
         Level(name="core", count=counts[1], bandwidth_GBps=draw(st.sampled_from([2.0, 10.0])), latency_us=2),
-    ), reduce_GBps=draw(st.sampled_from([None, 1.0, 4.0])), step_overhead_us=draw(st.sampled_from([None, 20.0])))
+    ), reduce_GBps=draw(st.sampled_from([None, 1.0, 4.0])), step_overhead_us=draw(st.sampled_from([None, 20.0])),
+       library=draw(st.sampled_from([None, OPEN_MPI])))
     return Placement(h, (Axis(name="data", size=counts[0] * counts[1]),), ((counts[0], counts[1]),))
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
-from hierarchies.model import Hierarchy
+from hierarchies.model import CollectiveLibrary, Hierarchy
+from runtime.calibration import library_of
 from scripts.calibrate import LARGE, fit_alpha_beta, fitted_hierarchy, message_sizes
 from scripts.testbed.config import (
     PREFIX,
@@ -160,6 +161,11 @@ def test_fitted_hierarchy_loads_and_keeps_unmeasured_levels():
     assert Hierarchy.model_validate_json(out.model_dump_json()) == out and out.name.endswith("-fitted")
     if "reduce_GBps" in Hierarchy.model_fields:  # the summing rate, where the model carries it
         assert out.reduce_GBps == 6.263
+    # the library that ran the measurements, named by MPI's library string, is written and loads back
+    assert out.library is None
+    lib = fitted_hierarchy(h, res, library=library_of("Open MPI v5.0.11, package: Open MPI user@localhost")).library
+    assert lib is CollectiveLibrary.OPEN_MPI and library_of("MPICH Version:\t4.2.0") is None
+    assert Hierarchy.model_validate_json(fitted_hierarchy(h, res, library=lib).model_dump_json()).library is lib
 
 
 def test_refuses_without_root_in_one_line():

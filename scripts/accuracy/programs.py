@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import math
 import random
 
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement, enumerate_matrices
 from hierarchies.program import Collective, Program, Request
 from hierarchies.abstract import enumerate_programs
-from solver.cost import program_seconds
-from solver.models import cost_model
 from hierarchies.program import to_program
+from solver.models import program_cost
 
 
 def placements(h: Hierarchy, axes: tuple[tuple[str, int], ...]) -> list[Placement]:
@@ -41,9 +39,7 @@ def all_programs(placement: Placement, request: Request, max_steps: int) -> list
 
 def predict(placement: Placement, request: Request, program: Program, nbytes: float, kind: str) -> float:
     """Predicted seconds of `program` at `nbytes` under cost model `kind`."""
-    if not program.steps:
-        return 0.0
-    return math.fsum(program_seconds(cost_model(placement, request, nbytes, kind), placement, request, program))
+    return program_cost(placement, request, program, nbytes, kind)
 
 
 def sample_programs(programs: list[Program], default: Program, *, limit: int, sample: int, seed: int) -> list[Program]:
@@ -56,3 +52,4 @@ def sample_programs(programs: list[Program], default: Program, *, limit: int, sa
     if len(others) <= limit:
         return others
     return random.Random(seed).sample(others, sample)
+

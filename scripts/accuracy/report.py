@@ -17,6 +17,7 @@ from pathlib import Path
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement
 from hierarchies.program import Program
+from runtime.calibration import library_of
 from runtime.layout import plan_layout
 from runtime.stats import Interval, median_interval, relative_spread, ties
 from scripts.accuracy import metrics as M
@@ -76,6 +77,8 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
             continue
         name = tb["testbed"]["name"]
         h = Hierarchy.model_validate(tb["hierarchy"])
+        if h.library is None:  # recorded before calibration wrote it: the library its calibration names
+            h = h.model_copy(update={"library": library_of(tb.get("calibration", {}).get("mpi", ""))})
         hierarchies[name] = h
         for combo in tb["combos"]:
             if "results" not in combo:
