@@ -17,6 +17,7 @@ import pytest
 from tests.runtime_support import testbed_skip_reason
 
 from hierarchies.model import CollectiveLibrary, Hierarchy
+from hierarchies.program import Program
 from runtime.stats import Interval, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.report import (
@@ -28,7 +29,7 @@ from scripts.accuracy.report import (
     plot,
     summary_doc,
 )
-from scripts.accuracy.suite import DEFAULT, TINY, Suite
+from scripts.accuracy.suite import DEFAULT, PIPELINED, TINY, Suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "accuracy-raw-tiny.json"
@@ -144,8 +145,11 @@ def test_the_sample_never_looks_at_a_model(monkeypatch):
 
 
 def test_suites_have_enough_cases_and_round_trip():
-    for s in (DEFAULT, TINY):
+    for s in (DEFAULT, TINY, PIPELINED):
         assert Suite.from_json(json.loads(json.dumps(s.to_json()))) == s
+    # a suite recorded before the piece counts existed reads back as one without pipelined variants
+    old = {k: v for k, v in json.loads(json.dumps(DEFAULT.to_json())).items() if k != "pieces"}
+    assert Suite.from_json(old) == DEFAULT and DEFAULT.pieces == () and PIPELINED.pieces == (2, 4, 8, 16)
     assert all(b == a * 4 for a, b in zip(DEFAULT.sizes, DEFAULT.sizes[1:]))
     measured = sorted({size for tb in DEFAULT.testbeds for size in DEFAULT.sizes_of(tb)})
     assert measured == list(DEFAULT.sizes) and measured[0] == 64 * 1024 and measured[-1] == 64 * 1024 * 1024
@@ -360,6 +364,66 @@ def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_
     assert len(rows) == 6 and [r["nbytes"] for r in rows] == [1024] * 3 + [4096] * 3
     assert [r["default"] for r in rows[:3]] == [True, False, False] and [r["time_s"] for r in rows[:3]] == [1.0, 2.0, 2.0]
     assert rows[1]["ci_s"] == [0.9, 1.1] and rows[1]["iters"] == 5
+    # a pipelined variant of a program is its own entry, read back with its piece count
+    piped = dataclasses.replace(chosen[1], pipeline=4)
+    doc = combo_plan(h, pl, ("data",), "all_reduce", default, [chosen[1], piped], (4096,))
+    assert [p.program for p in parse_plan_file(doc).placement(0).request().programs] == [chosen[1], piped]
+    body = doc["placements"][0]["requests"][0]
+    fig = {"measured_s": 1.0, "measured_ci_s": [0.9, 1.1], "measured_repeats_s": [1.0], "wrong": 0}
+    body["default"] = {**body["default"], **fig}
+    body["programs"] = [{**p, **fig} for p in body["programs"]]
+    rows = tuned_results(doc, iters=1)
+    assert [Program.from_json(r["program"], pl) for r in rows] == [default, chosen[1], piped]
+
+
+def test_pipelined_variants_are_drawn_without_a_model_and_uniformly():
+    """Every program of two or more steps once more, on a piece count of the set drawn by the seed alone: a prefix of
+    the sample gets a prefix of the variants, single steps get none, and over seeds every count turns up."""
+    from hierarchies.placement import Axis, Placement
+    from hierarchies.program import default_program
+    import scripts.accuracy.programs as P
+
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 4}, {"name": "core", "count": 2}))
+    pl = Placement(h, (Axis(name="data", size=8),), ((4, 2),))
+    req = P.make_request(pl, ("data",), "all_reduce")
+    default = default_program(pl, req)
+    chosen = P.sample_programs(P.all_programs(pl, req, 4), default, limit=12, sample=12, seed=3)
+    variants = P.pipelined_variants(chosen, (2, 4, 8, 16), seed=3)
+    assert [dataclasses.replace(v, pipeline=1) for v in variants] == [p for p in chosen if len(p.steps) >= 2]
+    assert {v.pipeline for v in variants} <= {2, 4, 8, 16} and variants == P.pipelined_variants(chosen, (2, 4, 8, 16), seed=3)
+    assert P.pipelined_variants(chosen[:5], (2, 4, 8, 16), seed=3) == variants[:len([p for p in chosen[:5] if len(p.steps) >= 2])]
+    assert P.pipelined_variants(chosen, (), seed=3) == [] and P.pipelined_variants([default], (2, 4), seed=3) == []
+    seen = {v.pipeline for seed in range(20) for v in P.pipelined_variants(chosen, (2, 4, 8, 16), seed=seed)}
+    assert seen == {2, 4, 8, 16}
+
+
+def test_the_report_predicts_a_pipelined_program_as_the_solver_does_and_breaks_errors_down_by_kind():
+    from scripts.accuracy.report import by_pipeline
+    from hierarchies.placement import Axis, Placement
+    from hierarchies.program import default_program
+    from scripts.accuracy.programs import all_programs, make_request, predict
+    from solver.search import solve
+
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 2, "bandwidth_GBps": 0.1, "latency_us": 20},
+                                    {"name": "core", "count": 4, "bandwidth_GBps": 10.0, "latency_us": 1}))
+    pl = Placement(h, (Axis(name="data", size=8),), ((2, 4),))
+    req = make_request(pl, ("data",), "all_reduce")
+    best = solve(pl, req, 16 << 20, 4, top=1, model_kind="simulator", pieces=(1, 8)).best
+    assert best.program.pipeline == 8 and predict(pl, req, best.program, 16 << 20, "simulator") == best.cost_s
+    seq = dataclasses.replace(best.program, pipeline=1)
+    case = dataclasses.replace(_a_case(pl, req, [default_program(pl, req), seq, best.program], [1.0, 2.0, 4.0]),
+                               predicted={"simulator": [1.0, 1.0, 2.0]})
+    assert by_pipeline([case], "simulator") == {
+        "sequential": {"programs": 2, "measured_over_predicted_median": 1.5, "median_rel_error": 0.25},
+        "pipelined": {"programs": 1, "measured_over_predicted_median": 2.0, "median_rel_error": 0.5}}
+
+
+def _a_case(pl, req, programs, measured):
+    from scripts.accuracy.report import Case
+
+    return Case(testbed="t", combo=1, fit=False, placement=pl, request=req, axes_key="", request_key="", nbytes=1 << 20,
+                programs=programs, lengths=[len(p.steps) for p in programs], measured=measured, default_index=0,
+                transposes=[0] * len(programs), intervals=[Interval(m, m, m, 0.96, 9) for m in measured], spreads=[0.0] * len(programs))
 
 
 SMOKE_FIXTURE = ROOT / "tests" / "data" / "accuracy-raw-smoke.json"  # a trimmed smoke run of the new protocol

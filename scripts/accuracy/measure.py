@@ -23,6 +23,7 @@ from hierarchies.program import default_program
 from scripts.accuracy.programs import (
     all_programs,
     make_request,
+    pipelined_variants,
     placements,
     requests,
     sample_programs,
@@ -72,8 +73,12 @@ def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: 
 
 
 def measured_with(raw: dict, suite: Suite) -> bool:
-    """Whether the raw document `raw` was measured with `suite` (as its JSON reads back)."""
-    return isinstance(raw, dict) and raw.get("suite") == json.loads(json.dumps(suite.to_json()))
+    """Whether the raw document `raw` was measured with `suite` (its suite reads back equal; a field added to Suite
+    since takes its default, which is what the older code measured with)."""
+    try:
+        return Suite.from_json(raw["suite"]) == suite
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
 
 
 def _write(raw: dict, path: Path) -> None:
@@ -184,8 +189,9 @@ def tuned_results(tuned: dict, iters: int) -> list[dict]:
     out = []
     for w, body in zip(tuned["workload"], tuned["placements"][0]["requests"]):
         entries = [(True, body["default"])]
-        entries += [(False, e) for e in body["programs"] if "measured_s" in e and e["steps"] != body["default"]["steps"]]
-        out += [{"program": {"steps": e["steps"]}, "default": is_default, "nbytes": w["message_bytes"], "time_s": e["measured_s"],
+        entries += [(False, e) for e in body["programs"]
+                    if "measured_s" in e and (e["steps"], e.get("pipeline", 1)) != (body["default"]["steps"], 1)]
+        out += [{"program": {"steps": e["steps"], "pipeline": e.get("pipeline", 1)}, "default": is_default, "nbytes": w["message_bytes"], "time_s": e["measured_s"],
                  "ci_s": e["measured_ci_s"], "repeats_s": e["measured_repeats_s"], "wrong": e["wrong"], "iters": iters}
                 for is_default, e in entries]
     return out
@@ -197,18 +203,20 @@ def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> di
         return None
     default = default_program(pl, req)
     chosen = sample_programs(programs, default, limit=suite.limit, sample=suite.sample, seed=suite.seed + index)
+    pipelined = pipelined_variants(chosen, suite.pieces, suite.seed + index)
     tag = f"{tb.name}-{index:03d}"
     combo = {"index": index, "axes": [[a.name, a.size] for a in pl.axes], "matrix": [list(r) for r in pl.matrix],
              "request": {"axes": list(names), "collective": col}, "program_count": len(programs),
-             "measured_programs": len(chosen) + 1, "sampled": len(programs) - 1 > suite.limit, "results": []}
+             "measured_programs": len(chosen) + 1 + len(pipelined), "sampled": len(programs) - 1 > suite.limit, "results": []}
     t0 = time.monotonic()
     for part, (sizes, count, iters) in enumerate(size_groups(suite, len(chosen), suite.sizes_of(tb))):
         plan_path = workdir / f"plan-{tag}-{part}.json"
-        plan_path.write_text(json.dumps(combo_plan(h, pl, names, col, default, chosen[:count], sizes)))
+        measured = chosen[:count] + pipelined_variants(chosen[:count], suite.pieces, suite.seed + index)
+        plan_path.write_text(json.dumps(combo_plan(h, pl, names, col, default, measured, sizes)))
         tuned_path = workdir / f"tuned-{tag}-{part}.json"
         tuned_path.unlink(missing_ok=True)
         r = _testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.tune", str(plan_path), "--out", str(tuned_path),
-                     "--top", str(count), "--no-refit", "--warmup", str(suite.warmup), "--iters", str(iters),
+                     "--top", str(len(measured)), "--no-refit", "--warmup", str(suite.warmup), "--iters", str(iters),
                      "--repeats", str(suite.repeats), timeout=3060, check=False)
         if r.returncode != 0 or not tuned_path.exists():
             combo["error"] = f"exit {r.returncode}: " + (r.stdout[-1500:] + r.stderr[-1500:])
@@ -217,5 +225,6 @@ def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> di
         combo["results"] += tuned_results(json.loads(tuned_path.read_text()), iters)
     wall = time.monotonic() - t0
     combo["wall_s"] = round(wall, 2)
-    log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): {len(chosen) + 1}/{len(programs)} programs, {wall:.1f} s")
+    variants = f" (+{len(pipelined)} pipelined)" if pipelined else ""
+    log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): {len(chosen) + 1}/{len(programs)} programs{variants}, {wall:.1f} s")
     return combo

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 from hierarchies.model import Hierarchy
 from hierarchies.placement import Axis, Placement, enumerate_matrices
@@ -53,3 +54,13 @@ def sample_programs(programs: list[Program], default: Program, *, limit: int, sa
         return others
     return random.Random(seed).sample(others, sample)
 
+
+def pipelined_variants(chosen: list[Program], pieces: tuple[int, ...], seed: int) -> list[Program]:
+    """Each program of `chosen` with two or more steps once more, pipelined on a piece count drawn uniformly from
+    `pieces` (``random.Random(f"pieces-{seed}")``, one draw per program of `chosen` in order, so a prefix of `chosen` gets a
+    prefix of the variants); no cost model involved. Single steps gain nothing by pipelining and get none."""
+    if not pieces:
+        return []
+    rng = random.Random(f"pieces-{seed}")
+    draws = [rng.choice(pieces) for _ in chosen]
+    return [replace(p, pipeline=k) for p, k in zip(chosen, draws) if len(p.steps) >= 2]

@@ -317,6 +317,18 @@ def contention_ratios(raw: dict) -> dict[str, float]:
     return out
 
 
+def by_pipeline(cases: list[Case], key: str) -> dict:
+    """Model `key`'s error on the sequential and on the pipelined programs of `cases` apart: how many, the median
+    measured / predicted and the median relative error of each kind."""
+    out = {}
+    for kind, keep in (("sequential", lambda p: p.pipeline == 1), ("pipelined", lambda p: p.pipeline > 1)):
+        pairs = [(pred, m) for c in cases for p, pred, m in zip(c.programs, c.predicted[key], c.measured) if keep(p)]
+        if pairs:
+            out[kind] = {"programs": len(pairs), "measured_over_predicted_median": statistics.median(m / p for p, m in pairs),
+                         "median_rel_error": statistics.median(M.rel_error(p, m) for p, m in pairs)}
+    return out
+
+
 def build_report(raw: dict) -> dict:
     cases, hierarchies = load_cases(raw)
     fitted, fit_info = {}, {}
@@ -331,12 +343,13 @@ def build_report(raw: dict) -> dict:
               "hierarchies": {k: v.model_dump(mode="json", exclude_none=True) for k, v in fitted["simulator"].items()},
               "noise_by_size": {str(size): statistics.median(x for c in cases if c.nbytes == size for x in c.spreads)
                                 for size in sorted({c.nbytes for c in cases})},
-              "summary": {}, "fit_subset": {}, "by_testbed": {}, "by_size": {}, "by_collective": {}}
+              "summary": {}, "fit_subset": {}, "by_testbed": {}, "by_size": {}, "by_collective": {}, "by_pipeline": {}}
     for key in MODELS:
         s = aggregate(held, key)
         s.update(placement_spread(held, key))
         report["summary"][key] = s
         report["fit_subset"][key] = aggregate([c for c in cases if c.fit], key)
+        report["by_pipeline"][key] = by_pipeline(held, key)
         for attr, dest in (("testbed", "by_testbed"), ("nbytes", "by_size"), ("request_key", "by_collective")):
             vals = sorted({getattr(c, attr) for c in held}, key=str)
             for v in vals:
@@ -354,7 +367,7 @@ def build_report(raw: dict) -> dict:
         "right": c.right,
         "regret": {"simulator": (m := case_metrics(c, "simulator"))["regret"], "alpha-beta": case_metrics(c, "alpha-beta")["regret"],
                    "tuner": m["tuned_regret"]},
-        "programs": [{"text": p.text(c.placement), "steps": len(p.steps), "measured_s": m, "measured_ci_s": iv.to_json(), "spread": sp,
+        "programs": [{"text": p.text(c.placement), "steps": len(p.steps), "pipeline": p.pipeline, "measured_s": m, "measured_ci_s": iv.to_json(), "spread": sp,
                       "simulator_s": ps, "alpha_beta_s": pa, "default": i == c.default_index, "transposes": t}
                      for i, (p, m, iv, sp, ps, pa, t) in enumerate(zip(c.programs, c.measured, c.intervals, c.spreads, c.predicted["simulator"],
                                                                        c.predicted["alpha-beta"], c.transposes))],

@@ -61,6 +61,7 @@ class Suite:
     fit_every: int = 4
     seed: int = 7
     only_over: int = 0        # measure only combos with more valid programs than this
+    pieces: tuple[int, ...] = ()  # each measured program of 2+ steps also pipelined on one of these (drawn uniformly)
     protocol: str = PROTOCOL
     extra: dict = field(default_factory=dict)
 
@@ -89,6 +90,7 @@ class Suite:
         d["axes_sets"] = tuple(tuple((a, int(s)) for a, s in axes) for axes in d["axes_sets"])
         d["collectives"] = tuple(d["collectives"])
         d["sizes"] = tuple(d["sizes"])
+        d["pieces"] = tuple(d.get("pieces", ()))
         return Suite(**d)
 
 
@@ -112,6 +114,18 @@ DEFAULT = Suite(
     sizes=(64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB),
     large_sample=8,
     huge_from=64 * MiB,
+)
+
+# Pipelined programs (issue 11) under the same protocol: the 2-level 1 gbit/s testbed, where pipelining pays, at
+# 4 and 16 MiB; every measured program of two or more steps is measured once more on 2, 4, 8 or 16 pieces (drawn
+# uniformly, no model involved), beside the sequential programs and the default. About 25 minutes.
+PIPELINED = Suite(
+    name="pipelined",
+    testbeds=(replace(FAST_4X2, sizes=(4 * MiB, 16 * MiB)),),
+    axes_sets=((("data", 8),), (("data", 4), ("model", 2))),
+    collectives=("all_reduce", "reduce_scatter"),
+    sizes=(4 * MiB, 16 * MiB),
+    limit=12, sample=12, large_sample=6, pieces=(2, 4, 8, 16),
 )
 
 # Two combos, two sizes, a few programs: the end-to-end test's suite and the smoke run.
@@ -159,7 +173,7 @@ ALLTOALL_TINY = Suite(
     calibrate_max_bytes=1 * MiB, fit_every=2,
 )
 
-SUITES = {"default": DEFAULT, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
+SUITES = {"default": DEFAULT, "pipelined": PIPELINED, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
 
 
 def load_suite(name_or_path: str) -> Suite:
