@@ -23,7 +23,7 @@
 Every sweep's JSON must be complete and every placement proved; the four ways of
 running the first sweep must write the same JSON byte for byte. Otherwise exit 1.
 
-    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10]
+    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10] [--skip-small] [--skip-sweeps]
 """
 
 from __future__ import annotations
@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-reuse-limit", type=float, default=300.0, help="seconds allowed to the sweep without reuse")
     ap.add_argument("--sample", type=int, default=10, help="placements timed per cell count")
     ap.add_argument("--skip-small", action="store_true", help="leave out the brute-force comparison")
+    ap.add_argument("--skip-sweeps", action="store_true", help="leave out the sweeps (only the one-placement table)")
     args = ap.parse_args(argv)
     console = Console(width=170)
     console.print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", style="dim")
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         program_sets(console, args.repeats, args.brute_limit)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        rows = sweep_rows(console, args.repeats, args.no_reuse_limit, folder)
+        rows = [] if args.skip_sweeps else sweep_rows(console, args.repeats, args.no_reuse_limit, folder)
         cells = per_placement(console, args.sample, folder)
     t = Table(title=f"Sweeps: real `python -m solver.run` runs, --top 10, every placement proved (median of {args.repeats}; single runs where marked)", title_justify="left")
     for c in ("run", "placements", "wall", "target", "peak RSS (largest process)"):
