@@ -276,3 +276,16 @@ def test_refuses_when_namespaces_are_unavailable(needs_testbed, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "namespaces are unavailable" in r.stderr
     assert _leftovers(INSTANCE) == ([], [], False) and not (tmp_path / "h.json").exists()
+
+
+def test_han_check_times_every_collective_at_every_size_under_real_mpiexec():
+    """scripts/han_check.py under ``mpiexec -n 2``: rank 0 prints one positive median per collective and size,
+    tagged with the OMPI_MCA_coll setting (here none: 'default')."""
+    from tests.runtime_support import run_mpi
+
+    out = run_mpi(2, ["-m", "scripts.han_check"], timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert [(r[0], r[1], r[3]) for r in rows] == [
+        ("default", size, name) for size in ("4", "16") for name in ("Allreduce", "Reduce_scatter_block", "Reduce", "Bcast")]
+    assert all(float(r[4]) > 0 and r[5] == "ms" for r in rows)
