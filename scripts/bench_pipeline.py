@@ -11,7 +11,8 @@ hierarchy H (a calibrated or fitted hierarchy file, e.g.
 best program of two or more steps at the largest piece count, and writes a
 plan whose only placement lists that same program on each piece count of
 ``--pieces`` (most pieces first), each with the solver's own prediction (a
-solve restricted to pieces ``{1, P}``). ``runtime.tune --top K`` (K at least
+solve restricted to pieces ``{1, P}``; where that solve lists the program only
+sequentially, as at small messages, the entry is costed the same way directly). ``runtime.tune --top K`` (K at least
 the number of piece counts) then checks every one exactly and times them and
 the default in interleaved rounds: medians and 95% intervals measured side by
 side in one job, under the same load.
@@ -36,8 +37,9 @@ from pathlib import Path
 from hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_text_atomic
 from hierarchies.model import Hierarchy
 from hierarchies.plan_file import PlanFileError, parse_plan_file
-from hierarchies.program import Program
-from solver.models import program_cost
+from hierarchies.program import Program, to_raw
+from solver.cost import raw_program_cost
+from solver.models import cost_model, program_cost
 
 PIECES = (1, 2, 4, 8, 16)
 
@@ -86,11 +88,23 @@ def build_plan(hierarchy: dict, nbytes: int, pieces: tuple[int, ...], max_steps:
     for count in pieces:
         solved = _solve({**spec, "pipeline": sorted({1, count})})
         same = [p for p in solved["placements"][0]["programs"] if p["steps"] == steps and p["pipeline"] == count]
-        if not same:
-            raise UsageError(f"the program is not among the top 50 at {count} pieces; narrow --pieces")
-        listed.append(same[0])
+        # the solver lists a program once, at its cheapest piece count: where `count` is not that (small messages),
+        # the entry is the same checked steps on `count` pieces, costed as the solver costs it
+        listed.append(same[0] if same else _on_pieces(best, multi[0], count))
     best["placements"][0]["programs"] = listed
     return best
+
+
+def _on_pieces(plan: dict, entry: dict, count: int) -> dict:
+    """`entry` (a checked program of `plan`'s only placement and request) run on `count` pieces, with the simulator's
+    cost and per-piece step costs, as the solver would report them."""
+    planned = parse_plan_file(plan).placement(0)
+    placement, request = planned.placement, planned.request().named.request
+    program = Program.from_json({**entry, "pipeline": count}, placement)
+    cells = request.reduced_cells(placement)
+    models = lambda k: cost_model(placement, request, plan["message_bytes"], "simulator", k)
+    cost, stages = raw_program_cost(models, request.collective, len(cells), to_raw(program, cells), count)
+    return {**entry, "pipeline": count, "cost_s": cost, "step_costs_s": list(stages)}
 
 
 def _devices(hierarchy: dict) -> int:

@@ -75,3 +75,32 @@ def test_the_table_predicts_on_another_hierarchy_what_the_solver_would(tmp_path,
 def test_bad_arguments_give_one_line_and_exit_2(argv, capsys):
     assert bench_pipeline.main(argv) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_an_entry_costed_directly_is_what_the_solver_lists(tmp_path):
+    """Where the solver lists the program on a piece count, costing the same steps on that count directly
+    (what the plan falls back to at small messages) gives the same cost and step costs."""
+    (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
+    out = tmp_path / "plan.json"
+    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "16M", "--pieces", "4",
+                                "--out", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    four, one = plan["placements"][0]["programs"]
+    assert (four["pipeline"], one["pipeline"]) == (4, 1)
+    direct = bench_pipeline._on_pieces(plan, one, 4)
+    assert direct["cost_s"] == pytest.approx(four["cost_s"], rel=1e-12)
+    assert direct["step_costs_s"] == pytest.approx(four["step_costs_s"], rel=1e-12)
+    assert direct["steps"] == four["steps"] and direct["verified"]
+
+
+def test_a_plan_at_a_small_message_lists_every_piece_count(tmp_path):
+    """At 64 KiB pipelining this program does not pay, and the solver lists it only sequentially: the plan still
+    lists it on every piece count, each costed as the solver would, the sequential one cheapest."""
+    (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
+    out = tmp_path / "plan.json"
+    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "64K", "--pieces", "4,2",
+                                "--out", str(out)]) == 0
+    programs = json.loads(out.read_text())["placements"][0]["programs"]
+    assert [p["pipeline"] for p in programs] == [4, 2, 1]
+    assert len({json.dumps(p["steps"]) for p in programs}) == 1
+    assert programs[2]["cost_s"] < programs[1]["cost_s"] < programs[0]["cost_s"]
