@@ -538,3 +538,18 @@ def test_resume_refuses_another_suites_raw_document(tmp_path):
                             "--out", str(tmp_path / "o.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.json").exists()
+
+
+def test_a_pipelined_program_holds_the_step_overhead_as_often_as_the_solver_counts_it():
+    """The fitted per-step overhead is charged outside the models: once per step sequentially, and on P pieces
+    ``steps + P - 1`` times, what the pipeline formula gives for stages that cost the overhead alone."""
+    from hierarchies.placement import Axis, Placement
+    from scripts.accuracy.programs import all_programs, make_request
+    from scripts.accuracy.report import overhead_calls
+    from solver.cost import PY, pipelined_seconds
+
+    h = Hierarchy(name="t", levels=({"name": "node", "count": 2}, {"name": "core", "count": 2}))
+    pl = Placement(h, (Axis(name="data", size=4),), ((2, 2),))
+    three = next(p for p in all_programs(pl, make_request(pl, ("data",), "all_reduce"), 3) if len(p.steps) == 3)
+    assert overhead_calls(three) == 3 and overhead_calls(dataclasses.replace(three, pipeline=8)) == 10
+    assert overhead_calls(dataclasses.replace(three, pipeline=8)) == pipelined_seconds(PY, [1.0] * 3, [[0.0] * 3], 8)

@@ -120,7 +120,15 @@ def _predict_all(cases: list[Case], hierarchies: dict[str, Hierarchy], kind: str
         h = hierarchies[c.testbed]
         overhead = (h.step_overhead_us or 0.0) * 1e-6
         pl = Placement(h.model_copy(update={"step_overhead_us": None}), c.placement.axes, c.placement.matrix)
-        c.predicted[key] = [predict(pl, c.request, p, c.nbytes, kind) + len(p.steps) * overhead for p in c.programs]
+        c.predicted[key] = [predict(pl, c.request, p, c.nbytes, kind) + overhead_calls(p) * overhead for p in c.programs]
+
+
+def overhead_calls(program: Program) -> int:
+    """How many per-step overheads a program's time holds, as the solver's pipeline formula counts them: one per step
+    run sequentially; on P pieces, one per step to fill and drain plus one per further piece on the slowest stage
+    (``steps + P - 1``)."""
+    steps = len(program.steps)
+    return steps + program.pipeline - 1 if program.pipeline > 1 and steps > 1 else steps
 
 
 def _log_error(cases: list[Case], key: str) -> float:
@@ -160,12 +168,12 @@ def _inner_only(c: Case, i: int) -> bool:
 
 def _grid_fit(h: Hierarchy, name: str, cases: list[Case], effs, inners, keep=None, lats=(1.0,), kind: str = "simulator") -> tuple:
     """(error, efficiency, inner, overhead, n, latency) minimising the median |log(pred/meas)| over the programs of `cases`
-    that `keep(case, index)` accepts. The overhead enters a program as ``steps * overhead`` (closed form)."""
+    that `keep(case, index)` accepts. The overhead enters a program as ``overhead_calls * overhead`` (closed form)."""
     best = None
     for eff, inner, lat in ((e, i, la) for e in effs for i in inners for la in lats):
         _predict_all(cases, {name: scaled(h, eff, 0.0, inner, lat)}, kind, "trial")
-        pairs = [(c.predicted["trial"][i], c.measured[i], c.lengths[i]) for c in cases for i in range(len(c.programs))
-                 if keep is None or keep(c, i)]
+        pairs = [(c.predicted["trial"][i], c.measured[i], overhead_calls(c.programs[i])) for c in cases
+                 for i in range(len(c.programs)) if keep is None or keep(c, i)]
         for ov in OVERHEAD_GRID_US:
             err = statistics.median(abs(math.log((p + n * ov * 1e-6) / m)) for p, m, n in pairs)
             if best is None or err < best[0]:
