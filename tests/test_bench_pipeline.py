@@ -11,12 +11,17 @@ HIERARCHY = {"name": "cpu-2x4", "levels": [
     {"name": "core", "count": 4, "bandwidth_GBps": 8.0, "latency_us": 1}]}
 
 
-def test_the_plan_lists_the_same_program_on_every_piece_count(tmp_path):
+def _plan(tmp_path, size: str, pieces: str) -> dict:
+    """The plan `bench_pipeline plan` writes for HIERARCHY at `size` on `pieces` (it must exit 0)."""
     (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
     out = tmp_path / "plan.json"
-    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "16M", "--pieces", "4,2",
+    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", size, "--pieces", pieces,
                                 "--out", str(out)]) == 0
-    programs = json.loads(out.read_text())["placements"][0]["programs"]
+    return json.loads(out.read_text())
+
+
+def test_the_plan_lists_the_same_program_on_every_piece_count(tmp_path):
+    programs = _plan(tmp_path, "16M", "4,2")["placements"][0]["programs"]
     assert [p["pipeline"] for p in programs] == [4, 2, 1]
     assert len({json.dumps(p["steps"]) for p in programs}) == 1 and len(programs[0]["steps"]) >= 2
     # pipelining a multi-step program on a 1 GB/s node link at 16 MiB is predicted faster
@@ -46,11 +51,7 @@ def test_the_table_predicts_on_another_hierarchy_what_the_solver_would(tmp_path,
     """``table --hierarchy H`` re-predicts every measured program with the simulator on H: on the plan's own hierarchy
     that is the plan's cost_s of every piece count and of the default; on an Open MPI one, whose reduce_scatter is
     a reduce and a linear scatter at these sizes, a program with a reduce_scatter step is predicted slower."""
-    (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
-    plan = tmp_path / "plan.json"
-    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "16M", "--pieces", "4",
-                                "--out", str(plan)]) == 0
-    tuned = json.loads(plan.read_text())
+    tuned = _plan(tmp_path, "16M", "4")
     entry = tuned["placements"][0]
     for p in [entry["default"], *entry["programs"]]:
         p.update(measured_s=1.0, measured_ci_s=[0.9, 1.1], wrong=0)
@@ -96,11 +97,7 @@ def test_an_entry_costed_directly_is_what_the_solver_lists(tmp_path):
 def test_a_plan_at_a_small_message_lists_every_piece_count(tmp_path):
     """At 64 KiB pipelining this program does not pay, and the solver lists it only sequentially: the plan still
     lists it on every piece count, each costed as the solver would, the sequential one cheapest."""
-    (tmp_path / "h.json").write_text(json.dumps(HIERARCHY))
-    out = tmp_path / "plan.json"
-    assert bench_pipeline.main(["plan", "--hierarchy", str(tmp_path / "h.json"), "--bytes", "64K", "--pieces", "4,2",
-                                "--out", str(out)]) == 0
-    programs = json.loads(out.read_text())["placements"][0]["programs"]
+    programs = _plan(tmp_path, "64K", "4,2")["placements"][0]["programs"]
     assert [p["pipeline"] for p in programs] == [4, 2, 1]
     assert len({json.dumps(p["steps"]) for p in programs}) == 1
     assert programs[2]["cost_s"] < programs[1]["cost_s"] < programs[0]["cost_s"]
