@@ -37,9 +37,8 @@ from pathlib import Path
 from hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_text_atomic
 from hierarchies.model import Hierarchy
 from hierarchies.plan_file import PlanFileError, parse_plan_file
-from hierarchies.program import Program, to_raw
-from solver.cost import raw_program_cost
-from solver.models import cost_model, program_cost
+from hierarchies.program import Program
+from solver.models import program_cost, program_cost_and_steps
 
 PIECES = (1, 2, 4, 8, 16)
 
@@ -95,15 +94,18 @@ def build_plan(hierarchy: dict, nbytes: int, pieces: tuple[int, ...], max_steps:
     return best
 
 
+def _placement_and_request(plan: dict):
+    """The only placement and request of a plan written by :func:`build_plan` (or its tuned result)."""
+    planned = parse_plan_file(plan).placement(0)
+    return planned.placement, planned.request().named.request
+
+
 def _on_pieces(plan: dict, entry: dict, count: int) -> dict:
     """`entry` (a checked program of `plan`'s only placement and request) run on `count` pieces, with the simulator's
     cost and per-piece step costs, as the solver would report them."""
-    planned = parse_plan_file(plan).placement(0)
-    placement, request = planned.placement, planned.request().named.request
+    placement, request = _placement_and_request(plan)
     program = Program.from_json({**entry, "pipeline": count}, placement)
-    cells = request.reduced_cells(placement)
-    models = lambda k: cost_model(placement, request, plan["message_bytes"], "simulator", k)
-    cost, stages = raw_program_cost(models, request.collective, len(cells), to_raw(program, cells), count)
+    cost, stages = program_cost_and_steps(placement, request, program, plan["message_bytes"], "simulator")
     return {**entry, "pipeline": count, "cost_s": cost, "step_costs_s": list(stages)}
 
 
@@ -119,9 +121,7 @@ def predictions(tuned: dict, hierarchy: Hierarchy) -> dict[int, float]:
     """The simulator's prediction on `hierarchy` of every program of a tuned plan (the default's too), by ``id`` of
     its JSON entry."""
     entry = tuned["placements"][0]
-    plan = parse_plan_file({**tuned, "hierarchy": json.loads(hierarchy.model_dump_json())})
-    planned = plan.placement(0)
-    placement, request = planned.placement, planned.request().named.request
+    placement, request = _placement_and_request({**tuned, "hierarchy": json.loads(hierarchy.model_dump_json())})
     return {id(p): program_cost(placement, request, Program.from_json(p, placement), tuned["message_bytes"], "simulator")
             for p in [entry["default"], *entry["programs"]]}
 

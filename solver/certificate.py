@@ -39,7 +39,7 @@ from hierarchies.program import RawProgram
 from hierarchies.statespace import StateSpace
 from solver.cost import PY, pipelined_seconds
 from solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, successors_by_state,
-                             windows)
+                             traffic_floor, windows)
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
 _SLACK = 1e-12    # float rounding between the table and the sums it bounds
@@ -316,11 +316,8 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, p
         kids = by_depth.get(d + 1, [])
         child = node.children(rows, len(space.steps))
         r = K - d - 1
-        done, ahead = node.carried[:, child.parent] + child.load, t[r][:, child.target]
-        # the busiest level over the covering windows: of the whole program, of the steps taken, of those to come
-        shares = np.maximum(np.maximum((done + ahead) * spread, done / windows(d + 1, pieces)),
-                            ahead / windows(max(r, 1), pieces))
-        floor_period = np.maximum(b[r][child.target], shares.max(axis=0, initial=0.0))
+        floor_period = np.maximum(b[r][child.target], traffic_floor(node.carried[:, child.parent] + child.load,
+                                                                    t[r][:, child.target], d + 1, r, K, pieces))
         lower = node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period)
         index = {q: i for i, q in enumerate(node.nodes)}
         keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)

@@ -35,11 +35,17 @@ def program_cost(placement: Placement, request: Request, program: Program, messa
                  kind: CostModelKind | str = CostModelKind.ALPHA_BETA) -> float:
     """Predicted seconds of `program` (on its ``pipeline`` pieces) for `request` at `message_bytes` under model `kind`:
     the figure the solver reports as its ``cost_s``."""
+    return program_cost_and_steps(placement, request, program, message_bytes, kind)[0]
+
+
+def program_cost_and_steps(placement: Placement, request: Request, program: Program, message_bytes: float,
+                           kind: CostModelKind | str = CostModelKind.ALPHA_BETA) -> tuple[float, list[float]]:
+    """:func:`program_cost` and each step's seconds on one piece (the solver's ``cost_s`` and ``step_costs_s``)."""
     if not program.steps:
-        return 0.0
+        return 0.0, []
     cells = request.reduced_cells(placement)
     models = lambda pieces: cost_model(placement, request, message_bytes, kind, pieces)
-    return raw_program_cost(models, request.collective, len(cells), to_raw(program, cells), program.pipeline)[0]
+    return raw_program_cost(models, request.collective, len(cells), to_raw(program, cells), program.pipeline)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from typing import Any
 from hierarchies.model import CollectiveLibrary
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
-from solver.cost import Algebra, all_to_all_time, level_time, step_shape, step_traffic
+from solver.cost import Algebra, StepShape, all_to_all_time, level_time, step_shape, step_traffic
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -53,6 +53,15 @@ def _min(alg: Algebra, a: Any, b: Any) -> Any:
 
 def _max(alg: Algebra, a: Any, b: Any) -> Any:
     return alg.ite(a > b, a, b)
+
+
+def _slowest_spanned(alg: Algebra, shape: StepShape, n_levels: int, time_at) -> Any:
+    """The largest ``time_at(l)`` over the levels the step's slice spans (0 when it spans none)."""
+    worst = 0.0
+    for l in range(n_levels):
+        if any(lv == l for lv in shape.levels):
+            worst = alg.ite(shape.spans[l], _max(alg, time_at(l), worst), worst)
+    return worst
 
 
 # Open MPI 5's fixed rules for MPI_Reduce_scatter_block with a commutative op (coll/tuned,
@@ -122,13 +131,10 @@ class Simulator:
         def transfer(volume: Any, crossing=None) -> Any:
             """Seconds to move `volume` bytes per member across the slowest spanned level
             (`crossing(l)`: what crosses level l when the group is flat)."""
-            worst = 0.0
-            for l in range(len(h.levels)):
-                if any(lv == l for lv in levels):
-                    v = volume if self.hierarchy_aware or crossing is None else crossing(l)
-                    t = level_time(alg, self.placement, l, v, S, Z, factors, levels, self.hierarchy_aware) * two_way[l]
-                    worst = alg.ite(spans[l], _max(alg, t, worst), worst)
-            return worst
+            def at(l: int) -> Any:
+                v = volume if self.hierarchy_aware or crossing is None else crossing(l)
+                return level_time(alg, self.placement, l, v, S, Z, factors, levels, self.hierarchy_aware) * two_way[l]
+            return _slowest_spanned(alg, shape, len(h.levels), at)
 
         gamma = 0.0 if h.reduce_GBps is None else 1.0 / (h.reduce_GBps * 1e9)
         part = m - m_over_k  # (k-1)/k of the held data
@@ -165,12 +171,11 @@ class Simulator:
         ``(k-1)/k`` of its buffer, one way over the slowest spanned level (its uplink shared by the roots of the
         groups crossing it); elsewhere the bandwidth-optimal schedule."""
         h = self.placement.hierarchy
-        scatter = 0.0
-        for l in range(len(h.levels)):
-            if any(lv == l for lv in shape.levels):
-                alone = part * (1.0 / h.links[l].bandwidth)
-                t = _max(alg, level_time(alg, self.placement, l, part, S, Z, shape.factors, shape.levels), alone)
-                scatter = alg.ite(shape.spans[l], _max(alg, t, scatter), scatter)
+
+        def at(l: int) -> Any:
+            alone = part * (1.0 / h.links[l].bandwidth)
+            return _max(alg, level_time(alg, self.placement, l, part, S, Z, shape.factors, shape.levels), alone)
+        scatter = _slowest_spanned(alg, shape, len(h.levels), at)
         if self.nonblocking:
             return binomial_reduce + lat + scatter
         linear = open_mpi_linear_reduce_scatter(alg, shape.k, shape.m_over_k)
