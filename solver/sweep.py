@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -92,11 +93,13 @@ def sweep(task: SweepTask, deadline: Deadline, jobs: int = 1, progress: Progress
     chosen = groups(task.problem)
     if jobs <= 1 or len(chosen) < 2 or len(task.problem.matrices) < MIN_PARALLEL_PLACEMENTS:
         return assemble(task.problem, solve_groups(task, chosen, deadline, progress))
-    task = SweepTask(task.problem, task.max_steps, task.top, task.proof, task.reuse, deadline.remaining())
+    remaining = deadline.remaining()
+    task = SweepTask(task.problem, task.max_steps, task.top, task.proof, task.reuse, remaining)
+    ends_at = None if remaining is None else time.time() + remaining  # wall clock: the same instant in every worker
     results: dict[int, PlacementResult | None] = {}
     # spawn: fresh interpreters, so no Z3 or numpy state of this process is shared through fork
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(task,)) as pool:
+                             initializer=_init_worker, initargs=(task, ends_at)) as pool:
         futures = {pool.submit(_solve_in_worker, g): g for g in sorted(chosen, key=lambda g: -work(task.problem, g))}
         for future in as_completed(futures):
             results.update(future.result())
@@ -108,16 +111,19 @@ def sweep(task: SweepTask, deadline: Deadline, jobs: int = 1, progress: Progress
 MIN_PARALLEL_PLACEMENTS = 8  # smaller sweeps run in one process: starting workers would cost more than it saves
 
 _TASK: SweepTask | None = None
+_DEADLINE: Deadline | None = None
 
 
-def _init_worker(task: SweepTask) -> None:
-    global _TASK
+def _init_worker(task: SweepTask, ends_at: float | None) -> None:
+    """Keep the task and the sweep's deadline (wall-clock `ends_at`, None: no limit) for every group of this worker."""
+    global _TASK, _DEADLINE
     _TASK = task
+    _DEADLINE = Deadline(None if ends_at is None else max(0.0, ends_at - time.time()))
 
 
 def _solve_in_worker(group: list[int]) -> dict[int, PlacementResult | None]:
-    assert _TASK is not None
-    return solve_groups(_TASK, [group])
+    assert _TASK is not None and _DEADLINE is not None
+    return solve_groups(_TASK, [group], _DEADLINE)
 
 
 def default_jobs() -> int:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from solver.run import EXIT_CODES, main
+from scripts.bench_synthesis import spec as bench_spec
 from solver.spec import field_key
 from tests.spec_mutations import mutated_specs, spec_fields
 
@@ -233,6 +234,23 @@ def test_timeout_bounds_the_search_for_the_best_programs(tmp_path):
     assert r.returncode == 4, r.stderr
     (pl,) = json.loads(out.read_text())["placements"]
     assert pl["timed_out"] is True and pl["optimal"] is False and pl["default"]["cost_s"] > 0
+
+
+# 4,096 devices, dp 64 x tp 8 x pp 8, all_reduce over dp, tp and pp: 253 placements in many groups of up to 8 cells
+# (scripts/bench_synthesis.py's spec), far more than 1 s of work
+MANY_GROUPS = bench_spec(["dp", "tp", "pp"])
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_timeout_bounds_a_sweep_over_worker_processes(tmp_path, jobs):
+    """One deadline for the whole sweep, shared by every worker: with --jobs 2 each group used to get the full budget
+    anew (78 s for --timeout 1 here)."""
+    r, seconds, out = run_timed(tmp_path, MANY_GROUPS, "--timeout", "1", "--jobs", jobs)
+    assert r.returncode == 4, r.stderr
+    assert seconds < 1 + SLACK_S / 3
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("timeout: --timeout 1 s ran out with ")
+    assert json.loads(out.read_text())["complete"] is False
 
 
 def test_an_expired_budget_stops_the_search_inside_a_placement():
