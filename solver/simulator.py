@@ -28,6 +28,10 @@ the emulated cluster call for (see ``docs/simulator.md``):
   by a linear scatter wherever Open MPI's fixed rules pick "basic_linear"
   (large blocks in small groups), and always in its non-blocking form
   (libnbc), which pipelined programs run (``nonblocking``).
+* Open MPI's hierarchical component: under Open MPI a blocking all_reduce,
+  reduce or broadcast whose group spans several hosts runs ``coll/han``
+  (:func:`open_mpi_han`): 64 KiB segments pipelined through an intra-host
+  stage and an inter-host stage among one leader per host.
 
 Written against the same tiny algebra as AlphaBeta, so Z3 minimises exactly
 what the report prints. ``log2 k`` is the sum of ``log2`` of the slice's
@@ -41,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hierarchies.model import CollectiveLibrary
+from hierarchies.model import CollectiveLibrary, Hierarchy
 from hierarchies.placement import Placement
 from hierarchies.program import Collective, Request
 from solver.cost import Algebra, StepShape, all_to_all_time, level_time, step_shape, step_traffic
@@ -82,6 +86,124 @@ def open_mpi_linear_reduce_scatter(alg: Algebra, k: Any, block: Any) -> Any:
     for below, lo, hi in reversed(OPEN_MPI_LINEAR_REDUCE_SCATTER[:-1]):
         flag = alg.ite(k < below, within(lo, hi), flag)
     return flag > 0.5
+
+
+# Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce and MPI_Bcast on every
+# communicator with members on several hosts ("intra" algorithms, segment size 64 KiB by default): see open_mpi_han.
+HAN_SEGMENT_BYTES = 65536.0
+# libnbc's ibcast, which HAN's inter-host stage calls, is linear up to this many members (a chain above).
+LIBNBC_LINEAR_BCAST_MAX = 4
+
+
+def host_level(h: Hierarchy) -> int:
+    """Index of the level whose units are hosts (shared memory): the level named ``node``, else the innermost level's
+    parent; a cell at this level or an outer one separates hosts. -1 when the hierarchy has one level and no ``node``."""
+    names = h.level_names
+    return names.index("node") if "node" in names else len(names) - 2
+
+
+def _root_time(alg: Algebra, placement: Placement, shape: StepShape, l: int, volume: Any, S: Sequence[Any],
+               Z: Sequence[Any]) -> Any:
+    """Seconds for each group's root alone to push `volume` bytes across level `l`: at its own bandwidth, and through
+    its unit's uplink shared with the roots of the other groups crossing that unit at once."""
+    alone = volume * (1.0 / placement.hierarchy.links[l].bandwidth)
+    return _max(alg, level_time(alg, placement, l, volume, S, Z, shape.factors, shape.levels), alone)
+
+
+def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any], gamma: float,
+                 two_way: Sequence[float]) -> HanTimes:
+    """Open MPI's coll/han on one step whose group spans hosts (`across`; see :func:`host_level`) with several members
+    on one host (`inside`): with one member per host HAN passes the call to coll/tuned.
+
+    HAN cuts the buffer into 64 KiB segments and pipelines them through two
+    stages: inside each host, coll/tuned over shared memory (a reduce to the
+    host's leader, a broadcast from it); between the ``L`` leaders, libnbc
+    (an ireduce to the first leader: Rabenseifner, or a chain for two, both
+    bringing ``2 (1 - 1/K) m`` into the root's level-``l`` unit, ``K`` the
+    leaders' factors at levels <= ``l``; and an ibcast from it: linear up to 4
+    leaders, sending ``L - L_in`` copies across level ``l`` (``L_in`` the
+    leaders inside the root's unit), a chain above, one copy). An all_reduce
+    runs both at once, the two directions of the root's link sharing it
+    (``duplex_efficiency``). The time is the slower stage over the whole
+    buffer, plus the faster one over one segment (fill and drain); the
+    reduction compute (``gamma``, at the leaders and inside the hosts) joins
+    the intra-host stage. docs/simulator.md has the measurements.
+    """
+    h = placement.hierarchy
+    host = host_level(h)
+    up = [i for i, lv in enumerate(shape.levels) if lv <= host]
+    across = alg.any([S[i] for i in up])
+    inside = alg.any([S[i] for i, lv in enumerate(shape.levels) if lv > host])
+    leaders = _product(alg, [(S[i], shape.factors[i]) for i in up], 1.0)
+
+    def inter(v: Any, out: bool, into: bool) -> Any:
+        """The inter-host stage on `v` bytes: the broadcast's copies out of the root (`out`), the reduce's data
+        into it (`into`), or both at once."""
+        def at(l: int) -> Any:
+            outer = [(S[i], shape.factors[i]) for i in up if shape.levels[i] <= l]
+            inner = [(S[i], shape.factors[i]) for i in up if shape.levels[i] > l]
+            copies = _product(alg, outer + inner, v) - _product(alg, inner, v)
+            sent = _root_time(alg, placement, shape, l, alg.ite(leaders < LIBNBC_LINEAR_BCAST_MAX + 0.5, copies, v), S, Z)
+            received = _root_time(alg, placement, shape, l, (v - _product(alg, outer, v, divide=True)) * 2.0, S, Z)
+            if out and into:
+                return _max(alg, sent, received) * two_way[l]
+            return sent if out else received
+        return _slowest_spanned(alg, shape, host + 1, at)
+
+    def intra(v: Any, transfers: float, reduces: bool) -> Any:
+        """The intra-host stage on `v` bytes: `transfers` shared-memory copies over the slowest level inside a host,
+        and the reduction compute when the op reduces."""
+        copy = _slowest_spanned(alg, shape, len(h.levels), lambda l: v * (transfers / h.links[l].bandwidth) if l > host else 0.0)
+        return copy + (v * (2.0 * gamma) if reduces else 0.0)
+
+    seg = alg.ite(shape.m < HAN_SEGMENT_BYTES, shape.m, HAN_SEGMENT_BYTES)
+
+    def pipelined(stages) -> Any:
+        a, b = stages(shape.m)
+        sa, sb = stages(seg)
+        return _max(alg, a, b) + _min(alg, sa, sb)
+
+    # every segment waits for its inter-host stage: the leaders' latency once per segment
+    segments = alg.ite(shape.m < HAN_SEGMENT_BYTES, 1.0, shape.m * (1.0 / HAN_SEGMENT_BYTES))
+    alphas = [(S[i], math.log2(shape.factors[i]) * h.links[shape.levels[i]].latency) for i in up]
+    lat = _product_sum(alg, alphas)
+    waits = _product_sum(alg, [(flag, segments * a) for flag, a in alphas])  # stays linear: constants times `segments`
+    return HanTimes(across, inside,
+                    pipelined(lambda v: (inter(v, True, True), intra(v, 2.0, True))) + waits + lat,
+                    pipelined(lambda v: (inter(v, False, True), intra(v, 1.0, True))) + waits,
+                    pipelined(lambda v: (inter(v, True, False), intra(v, 1.0, False))) + waits)
+
+
+def _product(alg: Algebra, chosen: Sequence[tuple[Any, float]], start: Any, divide: bool = False) -> Any:
+    """`start` times (or over, with `divide`) each factor whose boolean holds."""
+    out = start
+    for flag, p in chosen:
+        out = alg.ite(flag, out * (1.0 / p if divide else p), out)
+    return out
+
+
+def _product_sum(alg: Algebra, chosen: Sequence[tuple[Any, float]]) -> Any:
+    """The sum of the values whose boolean holds."""
+    out = 0.0
+    for flag, v in chosen:
+        out = alg.ite(flag, out + v, out)
+    return out
+
+
+@dataclass(frozen=True)
+class HanTimes:
+    """What Open MPI's coll/han charges one step (:func:`open_mpi_han`): whether the group spans hosts (`across`) and
+    has several members on one host (`inside`), and the all_reduce, reduce and broadcast times."""
+
+    across: Any
+    inside: Any
+    all_reduce: Any
+    reduce: Any
+    broadcast: Any
+
+    def where(self, alg: Algebra, han: Any, other: Any) -> Any:
+        """`han` where coll/han runs the step (across hosts, several members on one host), else `other`."""
+        return alg.ite(self.across, alg.ite(self.inside, han, other), other)
 
 
 @dataclass(frozen=True)
@@ -155,6 +277,9 @@ class Simulator:
         ar = _min(alg, exchange_rounds + round_gamma, ring_ar)
         r = _min(alg, rounds + round_gamma, scatter_based + part * gamma)
         b = _min(alg, rounds, scatter_based)
+        if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking:
+            han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
+            ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
         if h.library is CollectiveLibrary.OPEN_MPI:
             rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
 
@@ -171,11 +296,7 @@ class Simulator:
         ``(k-1)/k`` of its buffer, one way over the slowest spanned level (its uplink shared by the roots of the
         groups crossing it); elsewhere the bandwidth-optimal schedule."""
         h = self.placement.hierarchy
-
-        def at(l: int) -> Any:
-            alone = part * (1.0 / h.links[l].bandwidth)
-            return _max(alg, level_time(alg, self.placement, l, part, S, Z, shape.factors, shape.levels), alone)
-        scatter = _slowest_spanned(alg, shape, len(h.levels), at)
+        scatter = _slowest_spanned(alg, shape, len(h.levels), lambda l: _root_time(alg, self.placement, shape, l, part, S, Z))
         if self.nonblocking:
             return binomial_reduce + lat + scatter
         linear = open_mpi_linear_reduce_scatter(alg, shape.k, shape.m_over_k)

@@ -50,7 +50,8 @@ def test_the_table_gives_ratios_of_medians_and_exit_1_on_wrong_elements(tmp_path
 def test_the_table_predicts_on_another_hierarchy_what_the_solver_would(tmp_path, capsys):
     """``table --hierarchy H`` re-predicts every measured program with the simulator on H: on the plan's own hierarchy
     that is the plan's cost_s of every piece count and of the default; on an Open MPI one, whose reduce_scatter is
-    a reduce and a linear scatter at these sizes, a program with a reduce_scatter step is predicted slower."""
+    a reduce and a linear scatter at these sizes, a program with a reduce_scatter step is predicted slower, and the
+    default (one all_reduce over both hosts) runs coll/han's two pipelined stages, faster than the flat schedule."""
     tuned = _plan(tmp_path, "16M", "4")
     entry = tuned["placements"][0]
     for p in [entry["default"], *entry["programs"]]:
@@ -64,7 +65,7 @@ def test_the_table_predicts_on_another_hierarchy_what_the_solver_would(tmp_path,
     open_mpi = bench_pipeline.predictions(tuned, Hierarchy.model_validate({**HIERARCHY, "library": "open-mpi"}))
     sequential = entry["programs"][-1]
     assert sequential["pipeline"] == 1 and sequential["steps"][0]["op"] == "reduce_scatter"
-    assert open_mpi[id(sequential)] > same[id(sequential)] and open_mpi[id(entry["default"])] == same[id(entry["default"])]
+    assert open_mpi[id(sequential)] > same[id(sequential)] and open_mpi[id(entry["default"])] < same[id(entry["default"])]
     (tmp_path / "om.json").write_text(json.dumps({**HIERARCHY, "library": "open-mpi"}))
     assert bench_pipeline.main(["table", str(path), "--hierarchy", str(tmp_path / "om.json")]) == 0
     assert f"{open_mpi[id(entry['programs'][-1])] * 1e3:.1f}" in capsys.readouterr().out

@@ -99,7 +99,7 @@ def test_open_mpi_reduce_scatter_of_small_blocks_and_other_libraries_keep_the_ex
     big = float(1 << 26)
     for library in (None, CollectiveLibrary.NCCL):
         assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
-    # the other collectives do not change
+    # the other collectives do not change: with one member per host coll/han passes every call to coll/tuned
     for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
         assert _t(_pair(library=OPEN_MPI), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
 
@@ -124,6 +124,82 @@ def test_open_mpi_linear_scatter_shares_the_roots_uplink():
     # the reduce: the model's own reduce step over the same group (tested by hand above)
     reduce = step_seconds(Simulator(p, Request(frozenset({0}), R), m), abstract.start_state(R, 1), R, 1, 1)
     assert math.isclose(step_seconds(linear, abstract.start_state(RS, 1), RS, 1, 1), reduce + ALPHA + 4 * (m / 2) / 1e9, rel_tol=1e-12)
+
+
+def _han_flat(library=OPEN_MPI, nodes=2, cores=2):
+    # node x core, one 1 GB/s NIC per node shared by its cores; shared memory 10 GB/s; no reduction compute
+    h = Hierarchy(levels=(Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
+                          Level(name="core", count=cores, bandwidth_GBps=10.0, latency_us=1.0)), library=library)
+    return Placement(h, (Axis(name="data", size=nodes * cores),), ((nodes, cores),))
+
+
+def _step(p, op, m, S, nonblocking=False):
+    cells = len(Request(frozenset({0}), op).reduced_cells(p))
+    sim = Simulator(p, Request(frozenset({0}), op), m, nonblocking=nonblocking)
+    return step_seconds(sim, abstract.start_state(op, cells), op, S, cells)
+
+
+def test_open_mpi_han_runs_a_group_over_two_hosts_as_two_pipelined_stages():
+    """node 2 x core 2, one step over all four (the default program): coll/han, by hand. Inter-host stage between the
+    two leaders: the ibcast sends one copy out of the root's node (linear, L - L_in = 2 - 1) and the ireduce brings
+    2 (1 - 1/2) m = m in, both at 1 GB/s through the node's NIC (each node has one leader: no sharing); intra-host
+    stage: a reduce and a broadcast over shared memory, m each at 10 GB/s. The slower stage over the whole buffer,
+    the faster over one 64 KiB segment, alpha(node) per segment, and once more for the all_reduce's second tree."""
+    p, m, seg = _han_flat(), float(1 << 26), 65536.0
+    waits, alpha = 10e-6 * m / seg, 10e-6
+    expected = {AR: m / 1e9 + 2 * seg / 10e9 + waits + alpha,
+                R: m / 1e9 + seg / 10e9 + waits,
+                B: m / 1e9 + seg / 10e9 + waits}
+    for op, t in expected.items():
+        assert math.isclose(_step(p, op, m, 0b11), t, rel_tol=1e-12), op
+    # the flat Rabenseifner of coll/tuned pushes both members' halves through the NIC, twice: much longer
+    assert _step(_han_flat(library=None), AR, m, 0b11) > 1.7 * _step(p, AR, m, 0b11)
+
+
+def test_open_mpi_han_sums_its_stages_below_one_segment():
+    """Under 64 KiB there is one segment: the stages run one after the other."""
+    p, m = _han_flat(), 16384.0
+    assert math.isclose(_step(p, B, m, 0b11), m / 1e9 + m / 10e9 + 10e-6, rel_tol=1e-12)
+
+
+def test_open_mpi_han_broadcast_is_linear_up_to_four_leaders_then_a_chain():
+    """Two members per host: four leaders get three copies out of the root's NIC (libnbc's linear ibcast), eight get
+    one (its chain); the intra-host broadcast (m at 10 GB/s) is the faster stage."""
+    m, seg = float(1 << 26), 65536.0
+    for nodes, copies in ((4, 3), (8, 1)):
+        p = _han_flat(nodes=nodes)
+        waits = 10e-6 * math.log2(nodes) * m / seg
+        assert math.isclose(_step(p, B, m, 0b11), copies * m / 1e9 + seg / 10e9 + waits, rel_tol=1e-12), nodes
+
+
+def test_open_mpi_han_leaves_one_host_groups_one_member_per_host_nonblocking_steps_and_other_libraries_alone():
+    m = float(1 << 26)
+    for op in (AR, R, B):
+        # a group inside one host, or one member per host: coll/tuned, as without a library
+        for S in (0b10, 0b01):
+            assert _step(_han_flat(), op, m, S) == _step(_han_flat(library=None), op, m, S)
+        # a pipelined program's pieces run non-blocking (libnbc): no coll/han
+        assert _step(_han_flat(), op, m, 0b11, nonblocking=True) == _step(_han_flat(library=None), op, m, 0b11, nonblocking=True)
+        assert _step(_han_flat(library=CollectiveLibrary.NCCL), op, m, 0b11) == _step(_han_flat(library=None), op, m, 0b11)
+
+
+def test_z3_minimises_the_coll_han_term_exactly():
+    """Where coll/han runs the steps (Open MPI, node 2 x core 2 and node 4 x core 2, below, at and above one 64 KiB
+    segment): Z3's top 3 over the sketch cost what the explicit search's top 3 cost, and Z3's unsat proves that list."""
+    from p2synth_encodings.programs import ProgramSketch
+    from hierarchies.statespace import state_space
+    for nodes in (2, 4):
+        p = _han_flat(nodes=nodes)
+        for op in (AR, R, B):
+            req = Request(frozenset({0}), op)
+            for m in (16384.0, 65536.0, float(1 << 24)):
+                model = Simulator(p, req, m)
+                costs = explicit.edge_costs(state_space(op, 2), model)
+                found = explicit.cheapest_programs(costs, explicit.cost_to_go(costs, 3), 3)
+                z3_top = ProgramSketch(op, 2, 3, model.step_time).top(3)
+                assert [round(r.cost, 12) for r in z3_top] == [round(c, 12) for c, _ in found[:len(z3_top)]], (nodes, op, m)
+                ranked, proved = ProgramSketch(op, 2, 3, model.step_time).prove_top([prog for _, prog in found])
+                assert proved
 
 
 def test_shared_uplink_slows_concurrent_groups():
