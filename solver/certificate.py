@@ -38,7 +38,8 @@ import numpy as np
 from hierarchies.program import RawProgram
 from hierarchies.statespace import StateSpace
 from solver.cost import PY, pipelined_seconds
-from solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, successors_by_state,
+from solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, one_table,
+                             successors_by_state,
                              traffic_floor, windows)
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
@@ -192,13 +193,28 @@ def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = Non
 
 
 def _check_traffic_table(space: StateSpace, t: np.ndarray, traffic: np.ndarray, rows: Successors) -> None:
-    if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != traffic.shape[0] or np.isnan(t).any():
-        raise CertificateError("the traffic table has the wrong shape or holds NaN")
-    _check_table(space, t, traffic, np.add, rows, _SLACK, "traffic")
+    """The traffic table's inequalities; one table for every step count (:func:`solver.explicit.one_table`: every
+    ``t[r]`` is the same memory) is checked once, with one step left and none: ``t <= 0`` at a goal and
+    ``t[l][s] <= traffic_l(e) + t[l][s']`` for every step make it a floor on the traffic of a completion of any
+    length (by induction on its steps), so of one within any number of steps."""
+    if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != traffic.shape[0]:
+        raise CertificateError("the traffic table has the wrong shape")
+    distinct = t[:2] if one_table(t) else t
+    if np.isnan(distinct).any():
+        raise CertificateError("the traffic table holds NaN")
+    _check_table(space, distinct, traffic, np.add, rows, _SLACK, "traffic")
+
+
+def _same_table(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` and `b` hold the same values (one table each for every step count: the one table's)."""
+    if a.shape == b.shape and one_table(a) and one_table(b):
+        return np.array_equal(a[0], b[0])
+    return np.array_equal(a, b)
 
 
 def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequence[PipelineTables],
-                        searched: Sequence[tuple[Sequence[tuple[int, ...]], dict[RawProgram, float]]], threshold: float) -> None:
+                        searched: Sequence[tuple[Sequence[tuple[int, ...]], dict[RawProgram, float]]], threshold: float,
+                        checked: tuple[EdgeCosts, np.ndarray] | None = None) -> None:
     """Check a branch and bound over several piece counts (``solver.explicit.cheapest_pipelined_all``): per piece
     count in `tables` (ascending), its (expanded tree, programs found) in `searched`, as :func:`check_pipelined`
     does; CertificateError naming the piece count otherwise.
@@ -217,6 +233,10 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
       same chord of the two exact bounds (a minimum of sums is at least the sum
       of the minima), nor has a slowest step below ``max(b_A, b_1 / P)``; the
       table must lie at or below these, scaled by ``1 - BRACKET_SLACK``.
+
+    `checked`: step costs and a cost-to-go table whose Bellman inequalities were
+    checked already (the sequential search's certificate, :func:`check`); a table
+    holding exactly these (the same objects) is not checked again.
     """
     if len(searched) != len(tables) or not tables:
         raise CertificateError(f"{len(searched)} searches for {len(tables)} piece counts")
@@ -227,13 +247,14 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
     for tab in (one, *tables):
         ours = tab.rows.traffic
         if not (isinstance(ours, PieceTraffic) and ours.whole is whole.rows and ours.pieces == tab.pieces
-                and np.array_equal(tab.t, whole.on_pieces(tab.pieces)[1])):
+                and _same_table(tab.t, whole.on_pieces(tab.pieces)[1])):
             raise CertificateError(f"{tab.pieces} pieces: the traffic is not the whole buffer's over {tab.pieces}")
         try:
             if tab.bracketed:
                 _check_bracketed(tab, one, top)
             else:
-                _check_bellman(tab.costs, tab.h, tab.rows)
+                if checked is None or tab.costs is not checked[0] or tab.h is not checked[1]:
+                    _check_bellman(tab.costs, tab.h, tab.rows)
                 check_bottleneck(tab.costs, tab.b, tab.rows)
         except CertificateError as e:
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None

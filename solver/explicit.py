@@ -182,15 +182,30 @@ def bottleneck_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None
 
 def traffic_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
                   rows: Successors | None = None) -> np.ndarray:
-    """``t[r][l][s]``: the least traffic level `l` can still carry in a completion from `s` in at most `r` steps.
+    """``t[r][l][s]``: a floor on the traffic level `l` still carries in a completion from `s` in at most `r` steps.
 
     Shape ``(max_steps + 1, levels, states)``; each level minimised on its own, so
-    a lower bound for every level at once. The traffic of a whole program on a
-    level spreads over at most ``ceil(steps / P)`` windows of ``P`` consecutive
-    steps, so it bounds a pipeline's period from below too.
+    a lower bound for every level at once. It is the least traffic of a
+    completion of any length, the same table for every ``r`` (a read-only view
+    with stride 0 along ``r``, which ``solver.certificate`` checks once): the
+    dynamic programming of :func:`cost_to_go` with ``+``, run until it stops
+    changing; a completion within ``r`` steps is a completion, so it bounds every
+    ``r``. Without a fixed point within FIXED_POINT_PASSES passes, the table per
+    step count. The traffic of a whole program on a level spreads over at most
+    ``ceil(steps / P)`` windows of ``P`` consecutive steps, so it bounds a
+    pipeline's period from below too.
     """
     rows = rows or successors_by_state(costs)
-    return _backward(costs.space, rows.traffic, rows, np.add, max_steps, deadline)
+    fixed = _fixed_point(costs.space, rows.traffic, rows, np.add, FIXED_POINT_PASSES, deadline)
+    if fixed is None:
+        return _backward(costs.space, rows.traffic, rows, np.add, max_steps, deadline)
+    return np.broadcast_to(fixed, (max_steps + 1,) + fixed.shape)
+
+
+def one_table(table: np.ndarray) -> bool:
+    """Whether `table` holds one table for every step count (stride 0 along its first axis, as
+    :func:`traffic_to_go` returns a fixed point)."""
+    return table.shape[0] > 1 and table.strides[0] == 0
 
 
 def _backward(space: StateSpace, values: np.ndarray, rows: Successors, combine, max_steps: int,
@@ -201,19 +216,46 @@ def _backward(space: StateSpace, values: np.ndarray, rows: Successors, combine, 
     completion exists within r steps.
     """
     deadline = deadline or Deadline(None)
-    occupied = rows.offsets[:-1] < rows.offsets[1:]
-    starts = rows.offsets[:-1][occupied]
     lead = values.shape[:-1]
-    at_goal = np.broadcast_to(np.where(space.goal, 0.0, np.inf), lead + (space.size,))
     out = np.empty((max_steps + 1,) + lead + (space.size,))
-    out[0] = at_goal
+    out[0] = _at_goal(space, lead)
     for r in range(1, max_steps + 1):
         if deadline.expired():
             raise SolverTimeout("explicit search")
-        out[r] = at_goal
-        if starts.size:
-            best = np.minimum.reduceat(combine(values, np.take(out[r - 1], rows.target, axis=-1)), starts, axis=-1)
-            out[r][..., occupied] = np.minimum(at_goal[..., occupied], best)
+        out[r] = _relax(space, values, rows, combine, out[r - 1])
+    return out
+
+
+def _fixed_point(space: StateSpace, values, rows: Successors, combine, passes: int,
+                 deadline: Deadline | None) -> np.ndarray | None:
+    """The table :func:`_backward` reaches once more steps change nothing, or None if `passes` passes do not get there."""
+    deadline = deadline or Deadline(None)
+    table = _at_goal(space, values.shape[:-1])
+    for _ in range(passes):
+        if deadline.expired():
+            raise SolverTimeout("explicit search")
+        nxt = _relax(space, values, rows, combine, table)
+        if np.array_equal(nxt, table):
+            return nxt
+        table = nxt
+    return None
+
+
+def _at_goal(space: StateSpace, lead: tuple[int, ...]) -> np.ndarray:
+    """0 at a goal state, inf elsewhere, for every entry of the leading axes `lead`."""
+    return np.broadcast_to(np.where(space.goal, 0.0, np.inf), lead + (space.size,))
+
+
+def _relax(space: StateSpace, values, rows: Successors, combine, prev: np.ndarray) -> np.ndarray:
+    """One pass of the dynamic programming: ``min(0 at a goal, min over the rows of s of combine(value,
+    prev[..., target]))``."""
+    occupied = rows.offsets[:-1] < rows.offsets[1:]
+    starts = rows.offsets[:-1][occupied]
+    at_goal = _at_goal(space, prev.shape[:-1])
+    out = np.array(at_goal)
+    if starts.size:
+        best = np.minimum.reduceat(combine(values, np.take(prev, rows.target, axis=-1)), starts, axis=-1)
+        out[..., occupied] = np.minimum(at_goal[..., occupied], best)
     return out
 
 
@@ -237,6 +279,10 @@ def traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_le
     whole = (done + ahead) / windows(max_steps, pieces)
     floor = np.maximum(np.maximum(whole, done / windows(max(steps_done, 1), pieces)), ahead / windows(max(steps_left, 1), pieces))
     return floor.max(axis=0, initial=0.0)
+
+
+# traffic_to_go keeps the fixed point of its dynamic programming when it comes within this many passes.
+FIXED_POINT_PASSES = 64
 
 
 @dataclass(frozen=True)
@@ -388,8 +434,10 @@ class WholeTraffic:
     t: np.ndarray     # (steps + 1, levels, states)
 
     def on_pieces(self, pieces: int) -> tuple[PieceTraffic, np.ndarray]:
-        """(rows, t) on one of `pieces` pieces: each over `pieces` (the rows divided where they are read)."""
-        return PieceTraffic(self.rows, pieces), self.t / pieces
+        """(rows, t) on one of `pieces` pieces: each over `pieces` (the rows divided where they are read; a fixed-point
+        table stays one table, :func:`one_table`)."""
+        t = np.broadcast_to(self.t[0] / pieces, self.t.shape) if one_table(self.t) else self.t / pieces
+        return PieceTraffic(self.rows, pieces), t
 
 
 @dataclass(frozen=True)

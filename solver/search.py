@@ -243,7 +243,8 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
 
 
 def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline: Deadline):
-    """The cheapest programs run sequentially, with their certificate checked; and the search's (costs, rows, h)."""
+    """The cheapest programs run sequentially, with their certificate checked; and the search's (costs, h), whose
+    Bellman inequalities that certificate checked."""
     costs = edge_costs(space, model, deadline)
     rows = successors_by_state(costs)
     h = cost_to_go(costs, max_steps, deadline, rows)
@@ -278,7 +279,7 @@ def _pipelined_top(space, models, max_steps: int, pieces: list[int], candidates:
     tables.append(top)
     searched = cheapest_pipelined_all(tables, candidates, deadline)
     try:
-        certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth())
+        certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential)
     except certificate.CertificateError as e:
         raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
 

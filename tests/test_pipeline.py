@@ -16,7 +16,7 @@ from solver import certificate, search
 from solver.certificate import CertificateError
 from solver.cost import PY, AlphaBeta, pipeline_period, pipelined_seconds, raw_program_cost
 from solver.explicit import (Candidates, bottleneck_to_go, bracketed_tables, cheapest_pipelined, cheapest_pipelined_all,
-                             cost_to_go, edge_costs, pipeline_tables, traffic_to_go, whole_traffic)
+                             cost_to_go, edge_costs, pipeline_tables, successors_by_state, traffic_to_go, whole_traffic)
 from solver.models import CostModelKind, cost_model
 from solver.search import Proof, solve
 from tests.test_certificate import cases
@@ -135,6 +135,25 @@ def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
         found = {**found, cheapest: found[cheapest] * 0.9}
     with pytest.raises(CertificateError):
         certificate.check_pipelined(costs, h, b, t, 4, expanded, found, nth)
+
+
+def test_the_traffic_table_is_one_fixed_point_and_the_certificate_checks_it_once():
+    """traffic_to_go returns one table for every step count: the least traffic of a completion of any length, at or
+    below the per-step-count table of every r and equal to it once r is large; the certificate accepts it, and refuses
+    it raised anywhere (one table: every r at once)."""
+    from solver.explicit import _backward, one_table
+
+    costs, h, b, t, expanded, found, nth = _pipelined_search()
+    rows = successors_by_state(costs)
+    assert one_table(t) and t.shape[0] == 5
+    per_r = _backward(costs.space, rows.traffic, rows, np.add, 4, None)
+    assert np.all(t <= per_r)
+    long = _backward(costs.space, rows.traffic, rows, np.add, costs.space.size, None)
+    assert np.array_equal(t[0], long[-1])
+    certificate.check_traffic(costs, t, rows)
+    raised = np.where(np.isfinite(t[0]) & (t[0] > 0), t[0] * 1.5, t[0])
+    with pytest.raises(CertificateError):
+        certificate.check_traffic(costs, np.broadcast_to(raised, t.shape), rows)
 
 
 def test_a_pipelined_program_is_checked_as_one_piece_and_reads_back():
