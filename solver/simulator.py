@@ -102,6 +102,22 @@ def host_level(h: Hierarchy) -> int:
     return names.index("node") if "node" in names else len(names) - 2
 
 
+@dataclass(frozen=True)
+class HanTimes:
+    """What Open MPI's coll/han charges one step (:func:`open_mpi_han`): whether the group spans hosts (`across`) and
+    has several members on one host (`inside`), and the all_reduce, reduce and broadcast times."""
+
+    across: Any
+    inside: Any
+    all_reduce: Any
+    reduce: Any
+    broadcast: Any
+
+    def where(self, alg: Algebra, han: Any, other: Any) -> Any:
+        """`han` where coll/han runs the step (across hosts, several members on one host), else `other`."""
+        return alg.ite(self.across, alg.ite(self.inside, han, other), other)
+
+
 def _root_time(alg: Algebra, placement: Placement, shape: StepShape, l: int, volume: Any, S: Sequence[Any],
                Z: Sequence[Any]) -> Any:
     """Seconds for each group's root alone to push `volume` bytes across level `l`: at its own bandwidth, and through
@@ -166,8 +182,8 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     # every segment waits for its inter-host stage: the leaders' latency once per segment
     segments = alg.ite(shape.m < HAN_SEGMENT_BYTES, 1.0, shape.m * (1.0 / HAN_SEGMENT_BYTES))
     alphas = [(S[i], math.log2(shape.factors[i]) * h.links[shape.levels[i]].latency) for i in up]
-    lat = _product_sum(alg, alphas)
-    waits = _product_sum(alg, [(flag, segments * a) for flag, a in alphas])  # stays linear: constants times `segments`
+    lat = _chosen_sum(alg, alphas)
+    waits = _chosen_sum(alg, [(flag, segments * a) for flag, a in alphas])  # stays linear: constants times `segments`
     return HanTimes(across, inside,
                     pipelined(lambda v: (inter(v, True, True), intra(v, 2.0, True))) + waits + lat,
                     pipelined(lambda v: (inter(v, False, True), intra(v, 1.0, True))) + waits,
@@ -182,28 +198,12 @@ def _product(alg: Algebra, chosen: Sequence[tuple[Any, float]], start: Any, divi
     return out
 
 
-def _product_sum(alg: Algebra, chosen: Sequence[tuple[Any, float]]) -> Any:
-    """The sum of the values whose boolean holds."""
+def _chosen_sum(alg: Algebra, chosen: Sequence[tuple[Any, Any]]) -> Any:
+    """The sum of the values whose boolean holds (each value a constant or a term linear in the state)."""
     out = 0.0
     for flag, v in chosen:
         out = alg.ite(flag, out + v, out)
     return out
-
-
-@dataclass(frozen=True)
-class HanTimes:
-    """What Open MPI's coll/han charges one step (:func:`open_mpi_han`): whether the group spans hosts (`across`) and
-    has several members on one host (`inside`), and the all_reduce, reduce and broadcast times."""
-
-    across: Any
-    inside: Any
-    all_reduce: Any
-    reduce: Any
-    broadcast: Any
-
-    def where(self, alg: Algebra, han: Any, other: Any) -> Any:
-        """`han` where coll/han runs the step (across hosts, several members on one host), else `other`."""
-        return alg.ite(self.across, alg.ite(self.inside, han, other), other)
 
 
 @dataclass(frozen=True)
@@ -308,7 +308,4 @@ class Simulator:
 
     def _per_cell(self, alg: Algebra, S: Sequence[Any], cells, term) -> Any:
         """Sum of ``term(cell, factor)`` over the slice's cells; each term is linear in the state."""
-        total = 0.0
-        for s, c in zip(S, cells):
-            total = alg.ite(s, total + term(c, self.placement.factor(c)), total)
-        return total
+        return _chosen_sum(alg, [(s, term(c, self.placement.factor(c))) for s, c in zip(S, cells)])
