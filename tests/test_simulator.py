@@ -184,22 +184,26 @@ def test_open_mpi_han_leaves_one_host_groups_one_member_per_host_nonblocking_ste
 
 
 def test_z3_minimises_the_coll_han_term_exactly():
-    """Where coll/han runs the steps (Open MPI, node 2 x core 2 and node 4 x core 2, below, at and above one 64 KiB
-    segment): Z3's top 3 over the sketch cost what the explicit search's top 3 cost, and Z3's unsat proves that list."""
+    """Where coll/han runs the steps (Open MPI; node 2 x core 2, node 4 x core 2 and rack 2 x node 2 x core 2; below,
+    at and above one 64 KiB segment): Z3's top 3 over the sketch cost what the explicit search's top 3 cost, and Z3's
+    unsat proves that list."""
     from p2synth_encodings.programs import ProgramSketch
     from hierarchies.statespace import state_space
-    for nodes in (2, 4):
-        p = _han_flat(nodes=nodes)
-        for op in (AR, R, B):
-            req = Request(frozenset({0}), op)
-            for m in (16384.0, 65536.0, float(1 << 24)):
-                model = Simulator(p, req, m)
-                costs = explicit.edge_costs(state_space(op, 2), model)
-                found = explicit.cheapest_programs(costs, explicit.cost_to_go(costs, 3), 3)
-                z3_top = ProgramSketch(op, 2, 3, model.step_time).top(3)
-                assert [round(r.cost, 12) for r in z3_top] == [round(c, 12) for c, _ in found[:len(z3_top)]], (nodes, op, m)
-                ranked, proved = ProgramSketch(op, 2, 3, model.step_time).prove_top([prog for _, prog in found])
-                assert proved
+    rack = Hierarchy(levels=(Level(name="rack", count=2, bandwidth_GBps=0.5, uplink_GBps=0.5, latency_us=30.0, duplex_efficiency=0.7),
+                             Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
+                             Level(name="core", count=2, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI)
+    three = Placement(rack, (Axis(name="data", size=8),), ((2, 2, 2),))
+    cases = [(p, op, m) for p in (_han_flat(nodes=2), _han_flat(nodes=4)) for op in (AR, R, B)
+             for m in (16384.0, 65536.0, float(1 << 24))] + [(three, AR, float(1 << 24))]
+    for p, op, m in cases:
+        n = len(Request(frozenset({0}), op).reduced_cells(p))
+        model = Simulator(p, Request(frozenset({0}), op), m)
+        costs = explicit.edge_costs(state_space(op, n), model)
+        found = explicit.cheapest_programs(costs, explicit.cost_to_go(costs, 3), 3)
+        z3_top = ProgramSketch(op, n, 3, model.step_time).top(3)
+        assert [round(r.cost, 12) for r in z3_top] == [round(c, 12) for c, _ in found[:len(z3_top)]], (p, op, m)
+        ranked, proved = ProgramSketch(op, n, 3, model.step_time).prove_top([prog for _, prog in found])
+        assert proved
 
 
 def test_shared_uplink_slows_concurrent_groups():
