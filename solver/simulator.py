@@ -95,11 +95,16 @@ HAN_SEGMENT_BYTES = 65536.0
 LIBNBC_LINEAR_BCAST_MAX = 4
 
 
+# Level names that mean "one machine" (shared memory), outermost first wins.
+HOST_LEVEL_NAMES = ("node", "host", "server", "machine")
+
+
 def host_level(h: Hierarchy) -> int:
-    """Index of the level whose units are hosts (shared memory): the level named ``node``, else the innermost level's
-    parent; a cell at this level or an outer one separates hosts. -1 when the hierarchy has one level and no ``node``."""
+    """Index of the level whose units are hosts (shared memory): the outermost level named as in HOST_LEVEL_NAMES,
+    else the innermost level's parent; a cell at this level or an outer one separates hosts. -1 when the hierarchy
+    has one level and none of those names."""
     names = h.level_names
-    return names.index("node") if "node" in names else len(names) - 2
+    return next((i for i, name in enumerate(names) if name in HOST_LEVEL_NAMES), len(names) - 2)
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,16 @@ def test_open_mpi_han_runs_a_group_over_two_hosts_as_two_pipelined_stages():
     assert _step(_han_flat(library=None), AR, m, 0b11) > 1.7 * _step(p, AR, m, 0b11)
 
 
+def test_the_host_level_is_the_level_named_for_a_machine_else_the_innermost_levels_parent():
+    from solver.simulator import host_level
+    levels = lambda *names: Hierarchy(levels=tuple(Level(name=n, count=2) for n in names))
+    assert host_level(levels("pod", "rack", "node", "gpu")) == 2
+    assert host_level(levels("rack", "host", "socket", "core")) == 1
+    assert host_level(levels("rack", "server", "core")) == 1
+    assert host_level(levels("a", "b", "c")) == 1
+    assert host_level(levels("gpu")) == -1
+
+
 def test_open_mpi_han_sums_its_stages_below_one_segment():
     """Under 64 KiB there is one segment: the stages run one after the other."""
     p, m = _han_flat(), 16384.0
