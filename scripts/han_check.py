@@ -14,7 +14,8 @@ benchmarks (``runtime.bench``, ``runtime.tune``) check results, this does not.
 
 On 8 ranks of 4 nodes x 2 ranks: instead, ``Allreduce`` over two 4-rank communicators at once
 (two ranks on each of two nodes, HAN's case), laid out on adjacent nodes (ranks 0-3 and 4-7) and
-on alternate ones (0, 1, 4, 5 and 2, 3, 6, 7), interleaved, at 4 and 16 MiB.
+on alternate ones (0, 1, 4, 5 and 2, 3, 6, 7), interleaved, at 4 and 16 MiB; on any other number of
+ranks it prints one line saying so and exits 2.
 """
 
 from __future__ import annotations

@@ -289,3 +289,14 @@ def test_han_check_times_every_collective_at_every_size_under_real_mpiexec():
     assert [(r[0], r[1], r[3]) for r in rows] == [
         ("default", size, name) for size in ("4", "16") for name in ("Allreduce", "Reduce_scatter_block", "Reduce", "Bcast")]
     assert all(float(r[4]) > 0 and r[5] == "ms" for r in rows)
+
+
+def test_han_check_layouts_needs_eight_ranks_and_says_so_in_one_line():
+    """``han_check --layouts`` on 2 ranks: exit 2 and one line naming what it needs (it runs on the 4 x 2 and 3-level
+    testbeds, 8 ranks)."""
+    from tests.runtime_support import run_mpi
+
+    out = run_mpi(2, ["-m", "scripts.han_check", "--layouts"], timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = [line for line in out.stderr.splitlines() if "han_check" in line]
+    assert len(lines) == 1 and "needs 8 ranks" in lines[0] and "Traceback" not in out.stderr
