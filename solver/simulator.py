@@ -132,9 +132,10 @@ def _root_time(alg: Algebra, placement: Placement, shape: StepShape, l: int, vol
 
 
 def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any], gamma: float,
-                 two_way: Sequence[float]) -> HanTimes:
+                 two_way: Sequence[float]) -> HanTimes | None:
     """Open MPI's coll/han on one step whose group spans hosts (`across`; see :func:`host_level`) with several members
-    on one host (`inside`): with one member per host HAN passes the call to coll/tuned.
+    on one host (`inside`): with one member per host HAN passes the call to coll/tuned. None when the request's reduced
+    cells lie all on one side of the host level, so that no step can be HAN's.
 
     HAN cuts the buffer into 64 KiB segments and pipelines them through two
     stages: inside each host, coll/tuned over shared memory (a reduce to the
@@ -153,6 +154,8 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     h = placement.hierarchy
     host = host_level(h)
     up = [i for i, lv in enumerate(shape.levels) if lv <= host]
+    if not up or len(up) == len(shape.levels):
+        return None
     across = alg.any([S[i] for i in up])
     inside = alg.any([S[i] for i, lv in enumerate(shape.levels) if lv > host])
     leaders = _product(alg, [(S[i], shape.factors[i]) for i in up], 1.0)
@@ -284,7 +287,8 @@ class Simulator:
         b = _min(alg, rounds, scatter_based)
         if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking:
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
-            ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
+            if han is not None:
+                ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
         if h.library is CollectiveLibrary.OPEN_MPI:
             rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
 
