@@ -17,18 +17,18 @@ def raw():
 
 
 def test_the_plan_holds_exactly_the_recorded_programs_default_first(raw):
-    plan, results, iters = remeasure.recorded(raw, "4x2-1gbit", 2, 4 << 20)
+    plan, results, iters, label = remeasure.recorded(raw, "4x2-1gbit", 2, 4 << 20)
     body = plan["placements"][0]["requests"][0]
     assert results[0]["default"] and not any(r["default"] for r in results[1:])
     assert body["default"]["steps"] == results[0]["program"]["steps"]
     assert [(p["steps"], p["pipeline"]) for p in body["programs"]] == \
         [(r["program"]["steps"], r["program"].get("pipeline", 1)) for r in results[1:]]
     assert plan["workload"] == [{"name": "s4194304", "axes": ["data"], "collective": "all_reduce", "message_bytes": 4 << 20, "count": 1}]
-    assert iters == raw["suite"]["iters"]
+    assert iters == raw["suite"]["iters"] and label == "data=[node 2, core 2] model=[node 2] all_reduce(data)"
 
 
 def test_the_comparison_pairs_each_program_with_its_record(raw):
-    plan, results, _ = remeasure.recorded(raw, "4x2-1gbit", 2, 4 << 20)
+    plan, results, _, _ = remeasure.recorded(raw, "4x2-1gbit", 2, 4 << 20)
     tuned = json.loads(json.dumps(plan))
     body = tuned["placements"][0]["requests"][0]
     body["default"]["measured_s"] = results[0]["time_s"] / 2   # the default twice as fast now

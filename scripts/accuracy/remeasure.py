@@ -26,12 +26,13 @@ from hierarchies.program import Program
 from scripts.accuracy.measure import combo_plan
 
 
-def recorded(raw: dict, testbed: str, combo: int, size: int) -> tuple[dict, list[dict], int]:
+def recorded(raw: dict, testbed: str, combo: int, size: int) -> tuple[dict, list[dict], int, str]:
     """The plan of combo `combo` of `testbed` at `size` from the raw document `raw`, its recorded result entries
-    (the default first) and the iters per repeat it used; ValueError naming what is missing."""
-    tb = next((t for t in raw["testbeds"] if _name(t) == testbed), None)
-    if tb is None:
-        raise ValueError(f"--testbed {testbed}: not in the record (it has {', '.join(_name(t) for t in raw['testbeds'])})")
+    (the default first), the iters per repeat it used and the combo's description; ValueError naming what is missing."""
+    names = [t["testbed"]["name"] for t in raw["testbeds"]]
+    if testbed not in names:
+        raise ValueError(f"--testbed {testbed}: not in the record (it has {', '.join(names)})")
+    tb = raw["testbeds"][names.index(testbed)]
     c = next((x for x in tb["combos"] if x["index"] == combo), None)
     if c is None:
         raise ValueError(f"--combo {combo}: {testbed} has combos 0..{len(tb['combos']) - 1}")
@@ -43,7 +44,8 @@ def recorded(raw: dict, testbed: str, combo: int, size: int) -> tuple[dict, list
     default, *others = (Program.from_json(x["program"], pl) for x in results)
     plan = combo_plan(h, pl, c["request"]["axes"], c["request"]["collective"], default, others, [size])
     suite = raw["suite"]
-    return plan, results, suite["iters_small"] if size < suite["small_below"] else suite["iters"]
+    label = f"{pl.describe()} {c['request']['collective']}({','.join(c['request']['axes'])})"
+    return plan, results, suite["iters_small"] if size < suite["small_below"] else suite["iters"], label
 
 
 def compare(results: list[dict], tuned: dict) -> tuple[float, float, list[float]]:
@@ -59,10 +61,6 @@ def compare(results: list[dict], tuned: dict) -> tuple[float, float, list[float]
 
 def _key(program: dict, is_default: bool) -> str:
     return json.dumps([program["steps"], 1 if is_default else program.get("pipeline", 1)])
-
-
-def _name(tb: dict) -> str:
-    return tb["testbed"]["name"] if isinstance(tb["testbed"], dict) else tb["testbed"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
     suite = raw["suite"]
-    for combo, plan, results, iters in runs:
+    for combo, plan, results, iters, label in runs:
         plan_path, tuned_path = args.workdir / f"plan-{combo}.json", args.workdir / f"tuned-{combo}.json"
         plan_path.write_text(json.dumps(plan))
         cmd = [sys.executable, "-m", "scripts.testbed", "run", "--", "python", "-m", "runtime.tune", str(plan_path),
@@ -94,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"remeasure: combo {combo}: runtime.tune exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}", file=sys.stderr)
             return 1
         old, new, ratios = compare(results, json.loads(tuned_path.read_text()))
-        placement = Placement(Hierarchy.model_validate(plan["hierarchy"]), tuple(Axis(**a) for a in plan["axes"]),
-                              tuple(map(tuple, plan["placements"][0]["matrix"]))).describe()
-        w = plan["workload"][0]
-        print(f"combo {combo} {placement} {w['collective']}({','.join(w['axes'])}) at {args.size}: default recorded "
+        print(f"combo {combo} {label} at {args.size}: default recorded "
               f"{old * 1e3:.1f} ms, now {new * 1e3:.1f} ms; {len(ratios)} programs, now / recorded median "
               f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
     return 0
