@@ -47,16 +47,19 @@ def main(argv: list[str] | None = None) -> int:
                  "Reduce": lambda: comm.Reduce(src, dst, root=0),
                  "Bcast": lambda: comm.Bcast(src, root=0)}
         for name, call in calls.items():
-            times = []
-            for _ in range(REPEATS):
-                comm.Barrier()
-                start = time.perf_counter()
-                call()
-                comm.Barrier()
-                times.append(time.perf_counter() - start)
+            times = [timed(comm, call) for _ in range(REPEATS)]
             if comm.rank == 0:
                 print(f"{tag:8s} {mib:3d} MiB {name:22s} {1e3 * statistics.median(times[1:]):9.1f} ms", flush=True)
     return 0
+
+
+def timed(comm: MPI.Comm, call) -> float:
+    """Seconds of `call()` on every rank of `comm`, from a barrier before it to a barrier after it."""
+    comm.Barrier()
+    start = time.perf_counter()
+    call()
+    comm.Barrier()
+    return time.perf_counter() - start
 
 
 def layouts(comm: MPI.Comm, tag: str) -> int:
@@ -73,11 +76,7 @@ def layouts(comm: MPI.Comm, tag: str) -> int:
         times: dict[str, list[float]] = {name: [] for name in subs}
         for _ in range(REPEATS):
             for name, sub in subs.items():  # interleaved: drift hits both alike
-                comm.Barrier()
-                start = time.perf_counter()
-                sub.Allreduce(src, dst)
-                comm.Barrier()
-                times[name].append(time.perf_counter() - start)
+                times[name].append(timed(comm, lambda: sub.Allreduce(src, dst)))
         if comm.rank == 0:
             for name, ts in times.items():
                 print(f"{tag:8s} {mib:3d} MiB Allreduce on {name:34s} {1e3 * statistics.median(ts[1:]):9.1f} ms", flush=True)
