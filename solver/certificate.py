@@ -175,16 +175,6 @@ def _check_trie(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], t
                                        f"cheaper than the list's last ({bound[i]:.6g} < {threshold:.6g})")
 
 
-def check_bottleneck(costs: EdgeCosts, b: np.ndarray, rows: Successors | None = None) -> None:
-    """``b[r][s]`` bounds from below the slowest step of every completion from `s` in `r` steps: ``b <= 0`` at a
-    goal and ``b[r][s] <= max(w, b[r-1][s'])`` for every step; CertificateError otherwise."""
-    rows = rows or successors_by_state(costs)
-    space = costs.space
-    if b.ndim != 2 or b.shape[1] != space.size or np.isnan(b).any():
-        raise CertificateError("the bottleneck table has the wrong shape or holds NaN")
-    _check_table(space, b, rows.weight, np.maximum, rows, 0.0, "bottleneck")
-
-
 def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = None) -> None:
     """``t[r][l][s]`` bounds from below level `l`'s traffic in every completion from `s` in `r` steps: ``t <= 0`` at a
     goal and ``t[r][l][s] <= traffic_l(e) + t[r-1][l][s']`` for every step; CertificateError otherwise."""
@@ -228,11 +218,10 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
     * `one` (one piece) and the most pieces have exact tables: their Bellman
       inequalities are checked. A bracketed table (``PipelineTables.bracketed``)
       is checked by its argument: every step cost of its piece count is at
-      least the chord ``lam w_1 + (1 - lam) w_A``, at least ``w_A`` and at least
-      ``w_1 / P`` (less BRACKET_SLACK); then no completion costs less than the
-      same chord of the two exact bounds (a minimum of sums is at least the sum
-      of the minima), nor has a slowest step below ``max(b_A, b_1 / P)``; the
-      table must lie at or below these, scaled by ``1 - BRACKET_SLACK``.
+      least the chord ``lam w_1 + (1 - lam) w_A`` (less BRACKET_SLACK); then
+      no completion costs less than the same chord of the two exact bounds (a
+      minimum of sums is at least the sum of the minima); the table must lie
+      at or below it, scaled by ``1 - BRACKET_SLACK``.
 
     `checked`: step costs and a cost-to-go table whose Bellman inequalities were
     checked already (the sequential search's certificate, :func:`check`); a table
@@ -255,12 +244,11 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
             else:
                 if checked is None or tab.costs is not checked[0] or tab.h is not checked[1]:
                     _check_bellman(tab.costs, tab.h, tab.rows)
-                check_bottleneck(tab.costs, tab.b, tab.rows)
         except CertificateError as e:
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None
     for tab, (expanded, found) in zip(tables, searched):
         try:
-            _check_tree(tab.costs, tab.h, tab.b, tab.t, tab.pieces, expanded, found, threshold, tab.rows)
+            _check_tree(tab.costs, tab.h, tab.t, tab.pieces, expanded, found, threshold, tab.rows)
         except CertificateError as e:
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None
 
@@ -273,15 +261,13 @@ def _check_bracketed(tab: PipelineTables, one: PipelineTables, top: PipelineTabl
     lam = (1.0 / P - 1.0 / A) / (1.0 - 1.0 / A)
     keep = 1.0 - BRACKET_SLACK
     w, w1, wA = tab.costs.values, one.costs.values, top.costs.values
-    if not (np.all(w >= keep * (lam * w1 + (1 - lam) * wA)) and np.all(w >= keep * wA) and np.all(w >= keep * (w1 / P))):
+    if not np.all(w >= keep * (lam * w1 + (1 - lam) * wA)):
         raise CertificateError("a step cost lies below the chord of one piece's and the most pieces'")
     if np.isnan(tab.h).any() or np.any(tab.h > keep * (lam * one.h + (1 - lam) * top.h)):
         raise CertificateError("the bracketed cost-to-go lies above the chord of the exact ones")
-    if np.isnan(tab.b).any() or np.any(tab.b > keep * np.maximum(top.b, one.b / P)):
-        raise CertificateError("the bracketed bottleneck lies above the exact ones")
 
 
-def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
+def check_pipelined(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
                     expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
                     rows: Successors | None = None) -> None:
     """Check that every program of two or more steps run on `pieces` pieces and not in `found` costs at least `threshold`.
@@ -290,7 +276,7 @@ def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarra
     tree a branch and bound expanded (prefixes as step indices, the empty one
     included); every valid step out of it must lead to a lower bound of at
     least `threshold`: the stages so far, `h` for the rest of the sum, and
-    ``pieces - 1`` periods of at least the period so far, `b`, and each
+    ``pieces - 1`` periods of at least the period so far and each
     level's traffic so far plus `t`, over the windows of `pieces` steps a
     program needs (the tables checked here; a program's traffic on a level
     spreads over at most ``ceil(K / pieces)`` windows, so some window carries
@@ -301,11 +287,10 @@ def check_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarra
     rows = rows or successors_by_state(costs)
     check_traffic(costs, t, rows)
     _check_bellman(costs, h, rows)
-    check_bottleneck(costs, b, rows)
-    _check_tree(costs, h, b, t, pieces, expanded, found, threshold, rows)
+    _check_tree(costs, h, t, pieces, expanded, found, threshold, rows)
 
 
-def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int,
+def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
                 expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
                 rows: Successors) -> None:
     """The expanded tree of :func:`check_pipelined`, its tables already checked: depth by depth, every node's
@@ -317,7 +302,7 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, p
     if any(q[:-1] not in tree for q in tree if q) or (tree and () not in tree):
         raise CertificateError("the expanded tree does not hold every prefix of its nodes")
     if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
-        root = h[K][space.start] + (pieces - 1) * max(b[K][space.start], float((t[K][:, space.start] * spread).max(initial=0.0)))
+        root = h[K][space.start] + (pieces - 1) * float((t[K][:, space.start] * spread).max(initial=0.0))
         if not root >= floor:
             raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
         return
@@ -337,8 +322,7 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, p
         kids = by_depth.get(d + 1, [])
         child = node.children(rows, len(space.steps))
         r = K - d - 1
-        floor_period = np.maximum(b[r][child.target], traffic_floor(node.carried[:, child.parent] + child.load,
-                                                                    t[r][:, child.target], d + 1, r, K, pieces))
+        floor_period = traffic_floor(node.carried[:, child.parent] + child.load, t[r][:, child.target], d + 1, r, K, pieces)
         lower = node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period)
         index = {q: i for i, q in enumerate(node.nodes)}
         keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)

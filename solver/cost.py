@@ -141,9 +141,16 @@ def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, wit
     """Each step's seconds (and per-level traffic) along a program; ValueError if a step is not valid."""
     state = start_state(collective, n)
     out = []
+    both = getattr(model, "on_piece", None)  # a model that gives both from one evaluation (AlphaBeta)
     for op, S in raw:
-        traffic = [float(x) for x in model.traffic(PY, op, mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n))] if with_traffic else []
-        out.append((step_seconds(model, state, op, S, n), traffic))
+        bits = mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n)
+        if not with_traffic:
+            out.append((step_seconds(model, state, op, S, n), []))
+        elif both is not None:
+            seconds, traffic = both(PY, op, *bits)
+            out.append((float(seconds), [float(x) for x in traffic]))
+        else:
+            out.append((float(model.step_time(PY, op, *bits)), [float(x) for x in model.traffic(PY, op, *bits)]))
         nxt = apply(state, op, S)
         if nxt is None:
             raise ValueError(f"program {raw} is not valid")
@@ -228,12 +235,18 @@ def all_to_all_time(alg: Algebra, placement: Placement, shape: StepShape, S: Seq
     program pays ``K-1``, for the same bytes across the slow level
     (docs/model.md, "All-to-all").
     """
+    return all_to_all_latency(alg, placement, shape, S) + slowest(alg, level_traffic(alg, placement, Collective.ALL_TO_ALL,
+                                                                                      shape, S, Z, exchange=True))
+
+
+def all_to_all_latency(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any]) -> Any:
+    """The latency part of :func:`all_to_all_time`: one ``alpha`` per peer, of the outermost level it differs at."""
     h = placement.hierarchy
     latency = 0.0
     for l in range(len(h.levels)):
         if any(lv == l for lv in shape.levels):
             latency = latency + (_slice_product(alg, shape, S, lambda lv: lv >= l) - _slice_product(alg, shape, S, lambda lv: lv > l)) * h.links[l].latency
-    return latency + slowest(alg, level_traffic(alg, placement, Collective.ALL_TO_ALL, shape, S, Z, exchange=True))
+    return latency
 
 
 def _slice_product(alg: Algebra, shape: StepShape, S: Sequence[Any], keep) -> Any:
@@ -351,26 +364,44 @@ class AlphaBeta:
       in a unit and ``g`` group members in it, ``A/g`` groups cross at once, on
       ``min(uplink, A * bandwidth)`` bytes/s. The step takes the slowest level.
     * all_to_all: :func:`all_to_all_time` (latency per peer, no spreading).
+
+    On one of ``pieces`` pieces (a pipelined program's steps) a step keeps its
+    latency and carries ``1/pieces`` of each level's traffic: its time is
+    ``latency + slowest(traffic) / pieces`` with the whole message's
+    :meth:`split`, so the search evaluates the model once for every piece
+    count (``solver.explicit.SplitCosts``).
     """
 
     placement: Placement
     request: Request
-    message_bytes: float
+    message_bytes: float  # the whole message
+    pieces: int = 1
 
-    def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
-        """Predicted seconds of one step (see the class docstring)."""
+    def split(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> tuple[Any, list[Any]]:
+        """(latency, per-level traffic) of one step on the whole message: on one of ``pieces`` pieces the step takes
+        ``latency + slowest(traffic) / pieces`` and keeps level ``l`` busy for ``traffic[l] / pieces``."""
         h = self.placement.hierarchy
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
         if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
-            return all_to_all_time(alg, self.placement, shape, S, Z)
+            return (all_to_all_latency(alg, self.placement, shape, S),
+                    level_traffic(alg, self.placement, op, shape, S, Z, exchange=True))
         spans, k = shape.spans, shape.k
         is_ar = alg.is_op(op, Collective.ALL_REDUCE)
         rounds = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
         latency = 0.0
         for l in sorted(range(len(h.levels)), key=lambda l: h.links[l].latency):  # slowest wins: applied last
             latency = alg.ite(spans[l], rounds * h.links[l].latency, latency)
-        return latency + slowest(alg, level_traffic(alg, self.placement, op, shape, S, Z))
+        return latency, level_traffic(alg, self.placement, op, shape, S, Z)
+
+    def on_piece(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> tuple[Any, list[Any]]:
+        """(seconds, per-level traffic) of one step on one piece: :meth:`step_time` and :meth:`traffic` at once."""
+        latency, traffic = self.split(alg, op, S, Y, Z)
+        return latency + slowest(alg, traffic) / self.pieces, [t / self.pieces for t in traffic]
+
+    def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
+        """Predicted seconds of one step on one piece (see the class docstring)."""
+        return self.on_piece(alg, op, S, Y, Z)[0]
 
     def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
-        """Per level, the seconds the step keeps its links busy (:func:`step_traffic`)."""
-        return step_traffic(alg, self.placement, self.request, self.message_bytes, op, S, Y, Z)
+        """Per level, the seconds the step keeps its links busy on one piece (:func:`step_traffic` over ``pieces``)."""
+        return [t / self.pieces for t in step_traffic(alg, self.placement, self.request, self.message_bytes, op, S, Y, Z)]

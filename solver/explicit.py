@@ -15,7 +15,7 @@ The top-N search works on the dense state space (``hierarchies/statespace.py``):
 
 Pipelined programs (``Program.pipeline``): :func:`cheapest_pipelined_all`, one
 branch and bound over the partial programs of every piece count at once, with
-the cost-to-go, bottleneck-to-go and traffic-to-go tables of each piece count
+the cost-to-go and traffic-to-go tables of each piece count
 (:class:`PipelineTables`) as its bounds.
 
 ``h`` is also the certificate ``solver/certificate.py`` checks. Dijkstra over
@@ -40,7 +40,7 @@ from hierarchies.program import Collective, RawProgram
 from hierarchies.statespace import StateSpace
 from p2synth_encodings.deadline import Deadline
 from p2synth_encodings.errors import SolverTimeout
-from solver.cost import ARRAYS, OP_CODES, CostModel
+from solver.cost import ARRAYS, OP_CODES, CostModel, slowest
 
 # Programs costing within this relative margin of the N-th cheapest are kept as candidates: the top N is then
 # chosen among them by (cost, length, program), so ties at the cut are resolved the same way for every placement.
@@ -121,6 +121,41 @@ def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = 
     return EdgeCosts(space, values, edge_traffic(space, model) if with_traffic else None)
 
 
+@dataclass(frozen=True)
+class SplitCosts:
+    """One evaluation of a cost model that splits a step into latency and traffic (``solver.cost.AlphaBeta.split``)
+    on every distinct case of a state space: the step costs of every piece count, and the whole message's traffic.
+
+    On one of ``P`` pieces such a model's step takes ``latency + slowest(traffic) / P``: :meth:`on_pieces` computes
+    exactly that, case by case, with the model's own ``slowest``, so its values equal the model's evaluated at ``P``
+    (``tests/test_pipeline.py`` holds them equal bit for bit).
+    """
+
+    space: StateSpace
+    latency: np.ndarray  # per case
+    traffic: np.ndarray  # (levels, cases), the whole message
+    busiest: np.ndarray  # per case, the slowest level's traffic
+
+    def on_pieces(self, pieces: int) -> EdgeCosts:
+        """The step costs on one of `pieces` pieces."""
+        return EdgeCosts(self.space, self.latency + self.busiest / pieces)
+
+
+def split_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None) -> SplitCosts | None:
+    """The :class:`SplitCosts` of `model` (on one piece) on `space`, or None when the model does not split."""
+    split = getattr(model, "split", None)
+    if split is None or getattr(model, "pieces", None) != 1:
+        return None
+    if (deadline or Deadline(None)).expired():
+        raise SolverTimeout("step costs")
+    cases = step_cases(space)
+    latency, traffic = split(ARRAYS, cases.op, *_case_bits(space))
+    shape = cases.op.shape
+    loads = [np.broadcast_to(np.asarray(t, dtype=np.float64), shape) for t in traffic]
+    return SplitCosts(space, np.broadcast_to(np.asarray(latency, dtype=np.float64), shape),
+                      np.stack(loads), np.broadcast_to(np.asarray(slowest(ARRAYS, loads), dtype=np.float64), shape))
+
+
 def edge_traffic(space: StateSpace, model: CostModel) -> np.ndarray:
     """Per level and distinct case of `space`, the seconds the step keeps that level's links busy under `model`."""
     cases = step_cases(space)
@@ -168,18 +203,6 @@ def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = Non
     return _backward(costs.space, rows.weight, rows, np.add, max_steps, deadline)
 
 
-def bottleneck_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
-                     rows: Successors | None = None) -> np.ndarray:
-    """``b[r][s]``: the smallest possible slowest step of a completion from `s` in at most `r` steps (0 at a goal).
-
-    The same backward dynamic programming as :func:`cost_to_go` with ``max``
-    in place of ``+``: a lower bound on the slowest step still to come, which
-    bounds a pipeline's period from below.
-    """
-    rows = rows or successors_by_state(costs)
-    return _backward(costs.space, rows.weight, rows, np.maximum, max_steps, deadline)
-
-
 def traffic_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
                   rows: Successors | None = None) -> np.ndarray:
     """``t[r][l][s]``: a floor on the traffic level `l` still carries in a completion from `s` in at most `r` steps.
@@ -188,15 +211,15 @@ def traffic_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = 
     a lower bound for every level at once. It is the least traffic of a
     completion of any length, the same table for every ``r`` (a read-only view
     with stride 0 along ``r``, which ``solver.certificate`` checks once): the
-    dynamic programming of :func:`cost_to_go` with ``+``, run until it stops
-    changing; a completion within ``r`` steps is a completion, so it bounds every
-    ``r``. Without a fixed point within FIXED_POINT_PASSES passes, the table per
-    step count. The traffic of a whole program on a level spreads over at most
+    fixed point of the dynamic programming of :func:`cost_to_go` with ``+``
+    (:func:`_least_to_go`); a completion within ``r`` steps is a completion, so
+    it bounds every ``r``. Where the steps could cycle, the table per step
+    count. The traffic of a whole program on a level spreads over at most
     ``ceil(steps / P)`` windows of ``P`` consecutive steps, so it bounds a
     pipeline's period from below too.
     """
     rows = rows or successors_by_state(costs)
-    fixed = _fixed_point(costs.space, rows.traffic, rows, np.add, FIXED_POINT_PASSES, deadline)
+    fixed = _least_to_go(costs.space, rows.traffic, rows, np.add, deadline)
     if fixed is None:
         return _backward(costs.space, rows.traffic, rows, np.add, max_steps, deadline)
     return np.broadcast_to(fixed, (max_steps + 1,) + fixed.shape)
@@ -226,18 +249,61 @@ def _backward(space: StateSpace, values: np.ndarray, rows: Successors, combine, 
     return out
 
 
-def _fixed_point(space: StateSpace, values, rows: Successors, combine, passes: int,
-                 deadline: Deadline | None) -> np.ndarray | None:
-    """The table :func:`_backward` reaches once more steps change nothing, or None if `passes` passes do not get there."""
+def _least_to_go(space: StateSpace, values, rows: Successors, combine, deadline: Deadline | None) -> np.ndarray | None:
+    """The table :func:`_backward` reaches once more steps change nothing (its fixed point), or None where the steps
+    could cycle.
+
+    The steps of a state space form a DAG (each moves a cell on to a later
+    status), so the fixed point is computed height by height
+    (:func:`_heights`): each state once, from its successors' final values,
+    with the same arithmetic as :func:`_relax`: every row read once instead of
+    once per pass.
+    """
     deadline = deadline or Deadline(None)
-    table = _at_goal(space, values.shape[:-1])
-    for _ in range(passes):
+    layers = _layers(space)
+    if layers is None:
+        return None
+    table = np.array(_at_goal(space, values.shape[:-1]))
+    for states, index, target, starts in layers:
         if deadline.expired():
             raise SolverTimeout("explicit search")
-        nxt = _relax(space, values, rows, combine, table)
-        if np.array_equal(nxt, table):
-            return nxt
-        table = nxt
+        best = np.minimum.reduceat(combine(values[..., index], table[..., target]), starts, axis=-1)
+        table[..., states] = np.minimum(table[..., states], best)
+    return table
+
+
+@lru_cache(maxsize=32)
+def _layers(space: StateSpace) -> tuple[tuple[np.ndarray, ...], ...] | None:
+    """The states of each height 1, 2, ... (:func:`_heights`) with their rows: (states, row indices, row targets,
+    where each state's rows start); None where the steps cycle."""
+    heights = _heights(space)
+    if heights is None:
+        return None
+    _, offsets, _, target = _rows_layout(space)
+    out = []
+    for height in range(1, int(heights.max(initial=0)) + 1):
+        states = np.flatnonzero(heights == height)
+        counts = offsets[states + 1] - offsets[states]
+        starts = np.cumsum(counts) - counts
+        index = np.repeat(offsets[states] - starts, counts) + np.arange(int(counts.sum()))
+        out.append((states, index, target[index], starts))
+    return tuple(out)
+
+
+def _heights(space: StateSpace) -> np.ndarray | None:
+    """Per state, the most steps a program can still take from it (0: none valid), or None where the steps cycle:
+    every step leads to a state of lower height."""
+    _, offsets, _, target = _rows_layout(space)
+    occupied = offsets[:-1] < offsets[1:]
+    starts = offsets[:-1][occupied]
+    heights = np.zeros(space.size, dtype=np.int64)
+    for _ in range(space.size + 1):
+        nxt = np.zeros_like(heights)
+        if starts.size:
+            nxt[occupied] = np.maximum.reduceat(heights[target] + 1, starts)
+        if np.array_equal(nxt, heights):
+            return heights
+        heights = nxt
     return None
 
 
@@ -279,10 +345,6 @@ def traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_le
     whole = (done + ahead) / windows(max_steps, pieces)
     floor = np.maximum(np.maximum(whole, done / windows(max(steps_done, 1), pieces)), ahead / windows(max(steps_left, 1), pieces))
     return floor.max(axis=0, initial=0.0)
-
-
-# traffic_to_go keeps the fixed point of its dynamic programming when it comes within this many passes.
-FIXED_POINT_PASSES = 64
 
 
 @dataclass(frozen=True)
@@ -457,9 +519,12 @@ class PieceTraffic:
         return self.whole[key] / self.pieces
 
 
-def whole_traffic(space: StateSpace, model: CostModel, max_steps: int, deadline: Deadline | None = None) -> WholeTraffic:
-    """The :class:`WholeTraffic` of `space` under `model` (the cost model at the whole message)."""
-    costs = EdgeCosts(space, np.zeros(step_cases(space).op.shape), edge_traffic(space, model))
+def whole_traffic(space: StateSpace, model: CostModel | None, max_steps: int, deadline: Deadline | None = None,
+                  loads: np.ndarray | None = None) -> WholeTraffic:
+    """The :class:`WholeTraffic` of `space` under `model` (the cost model at the whole message), or from its per-case
+    traffic `loads` (levels x cases) when the caller has it (``SplitCosts.traffic``)."""
+    loads = edge_traffic(space, model) if loads is None else loads
+    costs = EdgeCosts(space, np.zeros(step_cases(space).op.shape), loads)
     rows = successors_by_state(costs)
     return WholeTraffic(rows.traffic, traffic_to_go(costs, max_steps, deadline, rows))
 
@@ -467,9 +532,9 @@ def whole_traffic(space: StateSpace, model: CostModel, max_steps: int, deadline:
 @dataclass(frozen=True)
 class PipelineTables:
     """What the branch and bound needs for one piece count: step costs on one piece and their rows (with traffic),
-    and the cost-to-go (`h`), bottleneck-to-go (`b`) and traffic-to-go (`t`) tables.
+    and the cost-to-go (`h`) and traffic-to-go (`t`) tables.
 
-    `bracketed`: `h` and `b` are not computed for this piece count but bounded
+    `bracketed`: `h` is not computed for this piece count but bounded
     from the exact tables at one piece and at the most pieces
     (:func:`bracketed_tables`); otherwise they are its own.
     """
@@ -478,7 +543,6 @@ class PipelineTables:
     costs: EdgeCosts
     rows: Successors
     h: np.ndarray
-    b: np.ndarray
     t: np.ndarray
     bracketed: bool = False
 
@@ -489,7 +553,7 @@ def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Dea
     on `pieces` pieces if given, else the traffic `costs` carry; `h` when the caller has the cost-to-go already."""
     rows, t = _piece_traffic(costs, pieces, max_steps, deadline, whole)
     h = cost_to_go(costs, max_steps, deadline, rows) if h is None else h
-    return PipelineTables(pieces, costs, rows, h, bottleneck_to_go(costs, max_steps, deadline, rows), t)
+    return PipelineTables(pieces, costs, rows, h, t)
 
 
 def _piece_traffic(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None,
@@ -516,28 +580,25 @@ def bracketed_tables(costs: EdgeCosts, pieces: int, one: PipelineTables, top: Pi
     so a completion's sum of stages is a minimum of affine functions of ``u``:
     concave, above its chord. With ``1/P = lam + (1 - lam)/A``, and every
     step cost at least ``lam w_1 + (1 - lam) w_A`` (checked per case: the
-    cost model decides), ``lam h_1 + (1 - lam) h_A`` bounds the cost to go;
-    with every step cost at least ``w_A`` and ``w_1 / P``, the larger of
-    ``b_A`` and ``b_1 / P`` bounds the slowest step to come. Both are scaled
-    down by BRACKET_SLACK against rounding. ``solver.certificate`` checks the
-    per-case conditions and the tables against these bounds on its own.
+    cost model decides), ``lam h_1 + (1 - lam) h_A`` bounds the cost to go,
+    scaled down by BRACKET_SLACK against rounding. ``solver.certificate``
+    checks the per-case condition and the table against this bound on its own.
     """
     A = top.pieces
     lam, keep = (1.0 / pieces - 1.0 / A) / (1.0 - 1.0 / A), 1.0 - BRACKET_SLACK
     w, w1, wA = costs.values, one.costs.values, top.costs.values
-    if not (np.all(w >= keep * (lam * w1 + (1 - lam) * wA)) and np.all(w >= keep * wA) and np.all(w >= keep * (w1 / pieces))):
+    if not np.all(w >= keep * (lam * w1 + (1 - lam) * wA)):
         return None
     h = keep * (lam * one.h + (1 - lam) * top.h)
-    b = keep * np.maximum(top.b, one.b / pieces)
     rows, t = _piece_traffic(costs, pieces, 0, None, whole)
-    return PipelineTables(pieces, costs, rows, h, b, t, bracketed=True)
+    return PipelineTables(pieces, costs, rows, h, t, bracketed=True)
 
 
-def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, b: np.ndarray, t: np.ndarray, pieces: int, candidates: Candidates,
+def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int, candidates: Candidates,
                        deadline: Deadline | None = None, rows: Successors | None = None
                        ) -> tuple[list[tuple[int, ...]], dict[RawProgram, float]]:
     """:func:`cheapest_pipelined_all` on one piece count."""
-    tables = PipelineTables(pieces, costs, rows or successors_by_state(costs), h, b, t)
+    tables = PipelineTables(pieces, costs, rows or successors_by_state(costs), h, t)
     return cheapest_pipelined_all([tables], candidates, deadline)[0]
 
 
@@ -550,7 +611,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     node is expanded only while its bound is below what the cheapest programs
     found so far over all piece counts allow. A partial program's bound: the
     stages so far, the cheapest completion (`h`), and ``pieces - 1`` periods of
-    at least the period so far, the slowest step still to come (`b`), and each
+    at least the period so far and each
     level's traffic so far plus its least traffic to come (`t`) spread over the
     windows of `pieces` steps a program needs (:func:`windows`). Returns, per table, the partial programs it
     expanded (step indices into the state space's steps): with the final bound,
@@ -563,11 +624,12 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     for k, tab in enumerate(tables):
         K, space = tab.h.shape[0] - 1, tab.costs.space
         spread = 1.0 / windows(K, tab.pieces)
-        start = float(tab.h[K][space.start] + (tab.pieces - 1) * max(tab.b[K][space.start], (tab.t[K][:, space.start] * spread).max(initial=0.0)))
+        start = float(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0))
         # entries: bound, tie, table, depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
         heap.append((start, next(tie), k, 0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()))
         out.append(([], {}))
     heapq.heapify(heap)
+    near: dict[tuple[int, int], tuple] = {}  # (table, state) -> its rows' first index, costs, targets and traffic
     while heap:
         bound_now, _, k, depth, state, g, period, carried, recent, prog = heapq.heappop(heap)
         if bound_now > candidates.bound() or not math.isfinite(bound_now):
@@ -583,14 +645,15 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
             candidates.offer(raw, pieces, found[raw])
         if depth == K:
             continue
-        lo, hi = rows.offsets[state], rows.offsets[state + 1]
-        w, target, load = rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi]
+        if (k, state) not in near:
+            lo, hi = rows.offsets[state], rows.offsets[state + 1]
+            near[k, state] = (lo, rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi])
+        lo, w, target, load = near[k, state]
         window = rows.traffic[:, list(recent)].sum(axis=1) if recent else np.zeros(load.shape[0])
         child_period = np.maximum(np.maximum(period, w), (window[:, None] + load).max(axis=0, initial=0.0))
         child_carried = carried[:, None] + load
         r = K - depth - 1
-        spread = 1.0 / windows(K, pieces)
-        period_floor = np.maximum(tab.b[r][target], traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces))
+        period_floor = traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces)
         lower = g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
         limit = candidates.bound()
         for i in np.flatnonzero(lower <= limit).tolist():

@@ -28,7 +28,7 @@ def cost_model(placement: Placement, request: Request, message_bytes: float,
     (more than one: the runtime runs the steps as non-blocking collectives, which the simulator knows)."""
     if CostModelKind(kind) is CostModelKind.SIMULATOR:
         return Simulator(placement, request, message_bytes / pieces, nonblocking=pieces > 1)
-    return AlphaBeta(placement, request, message_bytes / pieces)
+    return AlphaBeta(placement, request, message_bytes, pieces)
 
 
 def program_cost(placement: Placement, request: Request, program: Program, message_bytes: float,

@@ -21,6 +21,7 @@ or borrowed from another placement (a test compares whole sweeps).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -43,6 +44,7 @@ from solver.explicit import (
     cost_to_go,
     edge_costs,
     pipeline_tables,
+    split_costs,
     successors_by_state,
     tie_key,
     whole_traffic,
@@ -227,12 +229,13 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         return _z3_alone(collective, n_cells, max_steps, top, count, models, pieces, deadline)
     space = state_space(collective, n_cells)
     try:
-        found, sequential = _sequential_top(space, models(1), max_steps, top, deadline)
+        costs_of, loads = _step_costs(space, models, deadline)
+        found, sequential = _sequential_top(costs_of(1), max_steps, top, deadline)
         candidates = Candidates(top)
         for cost, raw in found:
             candidates.offer(raw, 1, cost)
-        _pipelined_top(space, models, max_steps, [p for p in pieces if p > 1 and max_steps >= 2], candidates, deadline,
-                       sequential)
+        _pipelined_top(space, models, costs_of, loads, max_steps, [p for p in pieces if p > 1 and max_steps >= 2],
+                       candidates, deadline, sequential)
     except SolverTimeout:
         return Ranking((), count, False, True)
     kept = tuple(candidates.kept())
@@ -242,10 +245,25 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
     return Ranking(kept, count, proved and bool(kept), not proved)
 
 
-def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline: Deadline):
-    """The cheapest programs run sequentially, with their certificate checked; and the search's (costs, h), whose
-    Bellman inequalities that certificate checked."""
-    costs = edge_costs(space, model, deadline)
+def _step_costs(space, models, deadline: Deadline):
+    """``costs_of(P)``: the step costs on one of ``P`` pieces (``EdgeCosts``, built once per P); and the whole
+    message's per-case traffic where the model splits (``solver.explicit.SplitCosts``: one evaluation serves every
+    piece count), else None."""
+    split = split_costs(space, models(1), deadline)
+    built = {}
+
+    def costs_of(pieces: int):
+        if pieces not in built:
+            same = split is not None and models(pieces) == dataclasses.replace(models(1), pieces=pieces)
+            built[pieces] = split.on_pieces(pieces) if same else edge_costs(space, models(pieces), deadline)
+        return built[pieces]
+
+    return costs_of, None if split is None else split.traffic
+
+
+def _sequential_top(costs, max_steps: int, top: int, deadline: Deadline):
+    """The cheapest programs run sequentially on step costs `costs`, with their certificate checked; and the search's
+    (costs, h), whose Bellman inequalities that certificate checked."""
     rows = successors_by_state(costs)
     h = cost_to_go(costs, max_steps, deadline, rows)
     found = cheapest_programs(costs, h, top, deadline, rows)
@@ -256,25 +274,27 @@ def _sequential_top(space, model: CostModel, max_steps: int, top: int, deadline:
     return found, (costs, h)
 
 
-def _pipelined_top(space, models, max_steps: int, pieces: list[int], candidates: Candidates, deadline: Deadline,
-                   sequential) -> None:
+def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[int], candidates: Candidates,
+                   deadline: Deadline, sequential) -> None:
     """Offer `candidates` every program run on any of `pieces` pieces that could be among them (one branch and bound
     over all piece counts), with the certificate checked against the final bound.
 
-    Exact tables at one piece (`sequential`: the sequential search's costs
-    and cost-to-go, reused) and at the most pieces; the piece counts between
-    get bracketed tables (``solver.explicit.bracketed_tables``) where the
-    cost model allows, exact ones otherwise.
+    Step costs from `costs_of` (:func:`_step_costs`; the whole message's
+    traffic `loads` with them, or None to evaluate it). Exact tables at one
+    piece (`sequential`: the sequential search's costs and cost-to-go,
+    reused) and at the most pieces; the piece counts between get bracketed
+    tables (``solver.explicit.bracketed_tables``) where the cost model
+    allows, exact ones otherwise.
     """
     if not pieces:
         return
-    whole = whole_traffic(space, models(1), max_steps, deadline)
+    whole = whole_traffic(space, models(1), max_steps, deadline, loads)
     costs_1, h_1 = sequential
     one = pipeline_tables(costs_1, 1, max_steps, deadline, whole, h=h_1)
-    top = pipeline_tables(edge_costs(space, models(pieces[-1]), deadline), pieces[-1], max_steps, deadline, whole)
+    top = pipeline_tables(costs_of(pieces[-1]), pieces[-1], max_steps, deadline, whole)
     tables = []
     for p in pieces[:-1]:
-        costs = edge_costs(space, models(p), deadline)
+        costs = costs_of(p)
         tables.append(bracketed_tables(costs, p, one, top, whole) or pipeline_tables(costs, p, max_steps, deadline, whole))
     tables.append(top)
     searched = cheapest_pipelined_all(tables, candidates, deadline)
