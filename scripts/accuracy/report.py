@@ -36,6 +36,13 @@ def measured_interval(r: dict) -> Interval:
 def measured_time(r: dict) -> float:
     """The measured time of a raw result: the median over its repeats."""
     return measured_interval(r).median
+
+
+def halves(r: dict) -> tuple[float, float] | None:
+    """A raw result's two independent half-measurements: the medians of its even and of its odd rounds (None with
+    fewer than two rounds). How well one half predicts the other is the measurement's own repeatability."""
+    rounds = r.get("repeats_s") or []
+    return (statistics.median(rounds[0::2]), statistics.median(rounds[1::2])) if len(rounds) >= 2 else None
 # Simulator constants fitted on the fit subset (grid, microseconds): the per-step launch overhead.
 OVERHEAD_GRID_US = [0.0] + [round(10 ** (i / 8), 1) for i in range(33)]  # 1 us .. 10 ms
 
@@ -59,6 +66,7 @@ class Case:
     transposes: list[int]
     intervals: list[Interval] = field(default_factory=list)
     spreads: list[float] = field(default_factory=list)
+    halves: list[tuple[float, float] | None] = field(default_factory=list)
     predicted: dict = field(default_factory=dict)
 
     @property
@@ -104,7 +112,8 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
                     lengths=[len(p.steps) for p in progs], measured=[measured_time(r) for r in rs], default_index=dflt[0],
                     transposes=[r["transposes"] if "transposes" in r else plan_layout(pl, req, p).transposes for r, p in zip(rs, progs)],
                     intervals=[measured_interval(r) for r in rs],
-                    spreads=[relative_spread(r["repeats_s"]) if r.get("repeats_s") else 0.0 for r in rs]))
+                    spreads=[relative_spread(r["repeats_s"]) if r.get("repeats_s") else 0.0 for r in rs],
+                    halves=[halves(r) for r in rs]))
     return cases, hierarchies
 
 
@@ -277,6 +286,7 @@ def aggregate(cases: list[Case], key: str) -> dict:
         "max_rel_error": max(errs),
         "median_rel_error_best": statistics.median([p["rel_errors"][min(range(len(c.measured)), key=c.measured.__getitem__)] for p, c in zip(per, cases)]),
         "noise_median": statistics.median(x for c in cases for x in c.spreads),
+        **repeatability(cases),
         "win_fraction": len(wins) / n,
         "win_fraction_5pct": sum(s > 1.05 for s in sp) / n,
         "loss_fraction_5pct": sum(s < 1 / 1.05 for s in sp) / n,
@@ -286,6 +296,17 @@ def aggregate(cases: list[Case], key: str) -> dict:
         "min_speedup": min(sp),
     }
     return out
+
+
+def repeatability(cases: list[Case]) -> dict:
+    """The measurement judged as a model of itself: the even rounds' medians against the odd rounds', by the same
+    figures as a model (``split_half_spearman``: Spearman per case, mean over cases; ``split_half_rel_error``:
+    median relative difference over programs); over the cases whose every program has two or more rounds."""
+    split = [c.halves for c in cases if c.halves and all(h is not None for h in c.halves)]
+    rhos = [r for h in split if (r := M.spearman([a for a, _ in h], [b for _, b in h])) is not None]
+    errors = [M.rel_error(a, b) for h in split for a, b in h]
+    return {"split_half_cases": len(split), "split_half_spearman": statistics.mean(rhos) if rhos else None,
+            "split_half_rel_error": statistics.median(errors) if errors else None}
 
 
 def oracle(cases: list[Case]) -> dict:
@@ -452,7 +473,7 @@ def plot_regret(report: dict, path: Path) -> None:
 SUMMARY_FIELDS = ("cases", "top1", "top5", "top10", "spearman", "median_rel_error", "max_rel_error", "win_fraction",
                   "max_speedup", "mean_speedup")
 NEW_FIELDS = ("cases_over_10_programs", "ties", "top1_within_5pct", "pick_loss_5pct", "pick_regret_median", "pick_regret_max",
-              "tuned_loss_5pct", "tuned_regret_median", "noise_median")
+              "tuned_loss_5pct", "tuned_regret_median", "noise_median", "split_half_spearman", "split_half_rel_error")
 
 
 def summary_doc(report: dict, raw_name: str, plot_path) -> dict:
