@@ -78,6 +78,13 @@ def test_measured_time_is_the_median_repeat():
     assert measured_time({"time_s": 9.0}) == 9.0
 
 
+def test_discordant_pairs_and_those_within_noise():
+    ivs = [_iv(1.0, 0.9, 1.1), _iv(1.05, 1.0, 1.2), _iv(3.0, 2.9, 3.1)]
+    assert M.discordant_pairs([1.0, 2.0, 3.0], ivs) == (0, 0)
+    assert M.discordant_pairs([2.0, 1.0, 3.0], ivs) == (1, 1)   # programs 0 and 1 swapped, intervals overlap
+    assert M.discordant_pairs([3.0, 2.0, 1.0], ivs) == (3, 1)   # every pair swapped; only 0-1 within noise
+
+
 def test_the_halves_of_a_measurement_are_its_even_and_odd_rounds():
     assert halves({"repeats_s": [3.0, 1.5, 2.0, 4.0, 1.0]}) == (2.0, 2.75)  # rounds 0, 2, 4 and 1, 3
     assert halves({"repeats_s": [3.0]}) is None and halves({"time_s": 1.0}) is None
@@ -225,7 +232,7 @@ def _spearman(xs, ys):
 def test_report_summary_recomputed_from_its_case_table(report, model, column):
     """Each summary figure, recomputed from the held-out cases' predicted and measured times."""
     top = {1: [], 5: [], 10: []}
-    rhos, errors, speedups = [], [], []
+    rhos, errors, speedups, swapped, swapped_in_noise = [], [], [], 0, 0
     for case in (c for c in report["cases"] if not c["fit"]):
         programs = case["programs"]
         measured = [p["measured_s"] for p in programs]
@@ -239,6 +246,12 @@ def test_report_summary_recomputed_from_its_case_table(report, model, column):
             if len(programs) > k or k == 1:
                 top[k].append(bool(right & set(order[:k])))
         rhos.append(_spearman(predicted, measured))
+        for i in range(len(programs)):
+            for j in range(i + 1, len(programs)):
+                if (predicted[i] - predicted[j]) * (measured[i] - measured[j]) < 0:
+                    (lo_i, hi_i), (lo_j, hi_j) = programs[i]["measured_ci_s"], programs[j]["measured_ci_s"]
+                    swapped += 1
+                    swapped_in_noise += lo_i <= hi_j and lo_j <= hi_i
         errors += [abs(p - m) / m for p, m in zip(predicted, measured)]
         default = next(i for i, p in enumerate(programs) if p["default"])
         speedups.append(measured[default] / measured[order[0]])
@@ -248,6 +261,7 @@ def test_report_summary_recomputed_from_its_case_table(report, model, column):
     assert s["top5"] == sum(top[5]) / len(top[5]) and s["cases_over_5_programs"] == len(top[5]) == 2
     assert s["top10"] is None and s["cases_over_10_programs"] == 0
     assert s["spearman"] == pytest.approx(sum(rhos) / 6, rel=1e-12)
+    assert s["discordant_pairs"] == swapped and s["discordant_within_noise"] == (swapped_in_noise / swapped if swapped else None)
     assert s["median_rel_error"] == pytest.approx(statistics.median(errors), rel=1e-12)
     assert s["max_rel_error"] == pytest.approx(max(errors), rel=1e-12)
     assert s["win_fraction"] == sum(x > 1 for x in speedups) / 6

@@ -11,7 +11,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from runtime.stats import Interval, pick
+from runtime.stats import Interval, pick, within_noise
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -43,6 +43,18 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     if sxx == 0 or syy == 0:
         return None
     return sxy / math.sqrt(sxx * syy)
+
+
+def discordant_pairs(predicted: Sequence[float], intervals: Sequence[Interval]) -> tuple[int, int]:
+    """(pairs of programs the model orders against their measured medians, how many of those lie within noise of
+    each other: overlapping 95% intervals)."""
+    out = noise = 0
+    for i in range(len(predicted)):
+        for j in range(i + 1, len(predicted)):
+            if (predicted[i] - predicted[j]) * (intervals[i].median - intervals[j].median) < 0:
+                out += 1
+                noise += within_noise(intervals[i], intervals[j])
+    return out, noise
 
 
 def model_order(predicted: Sequence[float], lengths: Sequence[int] | None = None) -> list[int]:

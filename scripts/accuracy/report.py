@@ -236,6 +236,7 @@ def case_metrics(c: Case, key: str) -> dict:
         "top5": M.hits(pred, right, 5, c.lengths),
         "top10": M.hits(pred, right, 10, c.lengths),
         "spearman": M.spearman(pred, c.measured),
+        "discordant": M.discordant_pairs(pred, c.intervals),
         "rel_errors": [M.rel_error(p, m) for p, m in zip(pred, c.measured)],
         "speedup": c.measured[c.default_index] / c.measured[pick],
         "regret": c.measured[pick] / best,
@@ -243,6 +244,11 @@ def case_metrics(c: Case, key: str) -> dict:
         "tuned_regret": c.measured[tuned] / best,
         "tuned_loss": M.loses(c.measured, tuned, c.default_index),
     }
+
+
+def _mean(values: list[float]) -> float | None:
+    """The mean, None for no values."""
+    return statistics.mean(values) if values else None
 
 
 def _frac(flags: list[bool]) -> float | None:
@@ -280,8 +286,12 @@ def aggregate(cases: list[Case], key: str) -> dict:
         "tuned_loss_5pct": sum(p["tuned_loss"] for p in per) / n,
         "tuned_regret_median": statistics.median(p["tuned_regret"] for p in per),
         "tuned_regret_max": max(p["tuned_regret"] for p in per),
-        "spearman": statistics.mean(rhos) if rhos else None,
+        "spearman": _mean(rhos),
         "spearman_median": statistics.median(rhos) if rhos else None,
+        "spearman_over_10_programs": _mean([p["spearman"] for p, k in zip(per, sizes) if k > 10 and p["spearman"] is not None]),
+        "spearman_3_programs": _mean([p["spearman"] for p, k in zip(per, sizes) if k == 3 and p["spearman"] is not None]),
+        "discordant_pairs": (d := sum(p["discordant"][0] for p in per)),
+        "discordant_within_noise": sum(p["discordant"][1] for p in per) / d if d else None,
         "median_rel_error": statistics.median(errs),
         "max_rel_error": max(errs),
         "median_rel_error_best": statistics.median([p["rel_errors"][min(range(len(c.measured)), key=c.measured.__getitem__)] for p, c in zip(per, cases)]),
@@ -305,7 +315,7 @@ def repeatability(cases: list[Case]) -> dict:
     split = [c.halves for c in cases if c.halves and all(h is not None for h in c.halves)]
     rhos = [r for h in split if (r := M.spearman([a for a, _ in h], [b for _, b in h])) is not None]
     errors = [M.rel_error(a, b) for h in split for a, b in h]
-    return {"split_half_cases": len(split), "split_half_spearman": statistics.mean(rhos) if rhos else None,
+    return {"split_half_cases": len(split), "split_half_spearman": _mean(rhos),
             "split_half_rel_error": statistics.median(errors) if errors else None}
 
 
@@ -480,7 +490,8 @@ def summary_doc(report: dict, raw_name: str, plot_path) -> dict:
     s = report["summary"]
     doc = {k: s["simulator"].get(k) for k in SUMMARY_FIELDS}
     doc["protocol"] = report.get("protocol")
-    for k in (*NEW_FIELDS, "top10_over_10", "spearman_median", "best_placement_picked", "cases_over_5_programs"):
+    for k in (*NEW_FIELDS, "top10_over_10", "spearman_median", "spearman_over_10_programs", "spearman_3_programs",
+              "discordant_pairs", "discordant_within_noise", "best_placement_picked", "cases_over_5_programs"):
         doc[k] = s["simulator"].get(k)
     doc["noise_by_size"] = report.get("noise_by_size")
     doc["placement_spread_max"] = s["simulator"].get("placement_spread_max")
