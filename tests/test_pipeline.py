@@ -14,7 +14,7 @@ from hierarchies.program import Program, Step
 from hierarchies.statespace import state_space
 from solver import certificate, search
 from solver.certificate import CertificateError
-from solver.cost import PY, AlphaBeta, pipeline_period, pipelined_seconds, raw_program_cost
+from solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
 from solver.explicit import (Candidates, bracketed_tables, split_costs, cheapest_pipelined, cheapest_pipelined_all,
                              cost_to_go, edge_costs, pipeline_tables, successors_by_state, traffic_to_go, whole_traffic)
 from solver.models import CostModelKind, cost_model
@@ -254,6 +254,12 @@ def test_split_costs_are_the_models_own_at_every_piece_count(case, pieces):
     assert np.array_equal(split.on_pieces(pieces).values, edge_costs(space, cost_model(p, req, size, kind, pieces)).values)
     assert np.array_equal(split.traffic, edge_costs(space, cost_model(p, req, size, kind), with_traffic=True).loads)
     assert split_costs(space, cost_model(p, req, size, kind, 2)) is None  # only the one-piece model splits
+    # the scalar walk of a pipelined program's cost evaluates both at once (on_piece): the same floats
+    model, n = cost_model(p, req, size, kind, pieces), len(req.reduced_cells(p))
+    for step in space.steps[:: max(1, len(space.steps) // 5)]:
+        state = space.state(int(step.sources[0]))
+        bits = mask_bits(step.mask, n), mask_bits(state.Y, n), mask_bits(state.Z, n)
+        assert model.on_piece(PY, step.op, *bits) == (model.step_time(PY, step.op, *bits), model.traffic(PY, step.op, *bits))
 
 
 @SLOW
