@@ -625,19 +625,26 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         K, space = tab.h.shape[0] - 1, tab.costs.space
         spread = 1.0 / windows(K, tab.pieces)
         start = float(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0))
-        # entries: bound, tie, table, depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
-        heap.append((start, next(tie), k, 0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()))
+        # a node: depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
+        heap.append((start, next(tie), k, (0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()), None, 0))
         out.append(([], {}))
     heapq.heapify(heap)
     near: dict[tuple[int, int], tuple] = {}  # (table, state) -> its rows' first index, costs, targets and traffic
     while heap:
-        bound_now, _, k, depth, state, g, period, carried, recent, prog = heapq.heappop(heap)
+        # an entry is a node, or (kids) the `pos`-th cheapest of a node's children: the queue holds one child per
+        # expanded node at a time, its next sibling entering when it leaves
+        bound_now, _, k, node, kids, pos = heapq.heappop(heap)
         if bound_now > candidates.bound() or not math.isfinite(bound_now):
             break
         if deadline.expired():
             raise SolverTimeout("explicit search")
         tab, (expanded, found) = tables[k], out[k]
         space, rows, pieces, K = tab.costs.space, tab.rows, tab.pieces, tab.h.shape[0] - 1
+        if kids is not None:
+            if pos + 1 < len(kids.order):
+                heapq.heappush(heap, (kids.bounds[pos + 1], next(tie), k, node, kids, pos + 1))
+            node = kids.child(node, kids.order[pos], rows, pieces)
+        depth, state, g, period, carried, recent, prog = node
         expanded.append(prog)
         if depth >= 2 and space.goal[state]:
             raw = tuple((space.steps[j].op, space.steps[j].mask) for j in prog)
@@ -655,9 +662,31 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         r = K - depth - 1
         period_floor = traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces)
         lower = g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
-        limit = candidates.bound()
-        for i in np.flatnonzero(lower <= limit).tolist():
-            row = lo + i
-            heapq.heappush(heap, (float(lower[i]), next(tie), k, depth + 1, int(target[i]), float(g + w[i]), float(child_period[i]),
-                                  child_carried[:, i], (recent + (row,))[-(pieces - 1):], prog + (int(rows.step[row]),)))
+        within = np.flatnonzero(lower <= candidates.bound())
+        if within.size:
+            order = within[np.argsort(lower[within], kind="stable")]
+            children = _Children(order.tolist(), lower[order].tolist(), lo, w, target, child_period, child_carried)
+            heapq.heappush(heap, (children.bounds[0], next(tie), k, node, children, 0))
     return out
+
+
+@dataclass(frozen=True)
+class _Children:
+    """The children of one node of :func:`cheapest_pipelined_all` within the bound when it was expanded, cheapest
+    bound first (`order`: their rows' offsets from `lo`; `bounds`: their lower bounds), with what the node needs to
+    build each."""
+
+    order: list[int]
+    bounds: list[float]
+    lo: int
+    w: np.ndarray
+    target: np.ndarray
+    period: np.ndarray
+    carried: np.ndarray
+
+    def child(self, node: tuple, i: int, rows: Successors, pieces: int) -> tuple:
+        """Child `i` of `node` as a node (depth, state, sum of stages, period, traffic so far, last P-1 rows, steps)."""
+        depth, _, g, _, _, recent, prog = node
+        row = self.lo + i
+        return (depth + 1, int(self.target[i]), float(g + self.w[i]), float(self.period[i]), self.carried[:, i],
+                (recent + (row,))[-(pieces - 1):], prog + (int(rows.step[row]),))
