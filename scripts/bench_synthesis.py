@@ -17,13 +17,15 @@
    process of the run, sampled from /proc every 50 ms (Linux).
 3. **One placement** at 4, 6, 7 and 8 reduced cells (``max_steps`` 6, top 10
    proved, every program at its cheapest piece count of the spec's default
-   ``pipeline``, as the sweeps), in this process: median and max over the placements with that many
-   cells (at most ``--sample`` of them).
+   ``pipeline``, as the sweeps), in this process, beside the same search with sequential programs only,
+   alternating, ``--placement-repeats`` times each: median and max over the placements with that many
+   cells (at most ``--sample`` of them) of each placement's median time and of its ratio.
 
 Every sweep's JSON must be complete and every placement proved; the four ways of
 running the first sweep must write the same JSON byte for byte. Otherwise exit 1.
 
-    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10] [--skip-small] [--skip-sweeps]
+    python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10]
+        [--placement-repeats 3] [--skip-small] [--skip-sweeps]
 """
 
 from __future__ import annotations
@@ -255,11 +257,12 @@ def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Pa
 
 
 # ---- 3. one placement at 4, 6, 8 cells --------------------------------------------------------------------
-def per_placement(console: Console, sample: int, folder: Path) -> list[tuple]:
+def per_placement(console: Console, sample: int, repeats: int, folder: Path) -> list[tuple]:
     """(cells, placements timed, median s, max s, target, median sequential-only s, median and max ratio) for one-placement
     searches, each from scratch (no concrete check cached from the other run; the state space of the cell count,
     shared by every placement of a sweep, is built once beforehand): with the spec's piece counts and sequential
-    only, alternating, so load hits both."""
+    only, alternating, so load hits both, `repeats` times each. A placement's time is its median over the repeats
+    and its ratio the ratio of those medians; the table gives the median and the largest over the placements."""
     out = []
     for cells, axes, target in ((4, ["dp"], ""), (6, ["dp", "tp"], "median < 2 s"), (7, ["dp", "tp"], ""),
                                 (8, ["dp", "tp", "pp"], "< 30 s")):
@@ -271,13 +274,17 @@ def per_placement(console: Console, sample: int, folder: Path) -> list[tuple]:
         times, alone = [], []
         solve(problem.placement(chosen[0]), named.request, named.message_bytes, 6, top=10, pieces=tuple(problem.spec.pipeline))
         for m in chosen:
-            for pieces, into in ((tuple(problem.spec.pipeline), times), ((1,), alone)):
-                clear_checks()
-                t = time.perf_counter()
-                sol = solve(problem.placement(m), named.request, named.message_bytes, 6, top=10, pieces=pieces)
-                into.append(time.perf_counter() - t)
-                if not sol.optimal or len(sol.programs) != 10 or not all(r.verified for r in sol.programs):
-                    fail(f"{cells} cells: placement {m} (pieces {pieces}) not proved with 10 verified programs")
+            runs: dict[tuple, list[float]] = {}
+            for _ in range(repeats):
+                for pieces in (tuple(problem.spec.pipeline), (1,)):
+                    clear_checks()
+                    t = time.perf_counter()
+                    sol = solve(problem.placement(m), named.request, named.message_bytes, 6, top=10, pieces=pieces)
+                    runs.setdefault(pieces, []).append(time.perf_counter() - t)
+                    if not sol.optimal or len(sol.programs) != 10 or not all(r.verified for r in sol.programs):
+                        fail(f"{cells} cells: placement {m} (pieces {pieces}) not proved with 10 verified programs")
+            times.append(statistics.median(runs[tuple(problem.spec.pipeline)]))
+            alone.append(statistics.median(runs[(1,)]))
         ratios = [a / b for a, b in zip(times, alone)]
         out.append((cells, len(times), statistics.median(times), max(times), target, statistics.median(alone),
                     statistics.median(ratios), max(ratios)))
@@ -291,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--brute-limit", type=float, default=60.0, help="seconds allowed to one brute-force run")
     ap.add_argument("--no-reuse-limit", type=float, default=300.0, help="seconds allowed to the sweep without reuse")
     ap.add_argument("--sample", type=int, default=10, help="placements timed per cell count")
+    ap.add_argument("--placement-repeats", type=int, default=3, help="timed runs of each placement, each way (median used)")
     ap.add_argument("--skip-small", action="store_true", help="leave out the brute-force comparison")
     ap.add_argument("--skip-sweeps", action="store_true", help="leave out the sweeps (only the one-placement table)")
     args = ap.parse_args(argv)
@@ -301,15 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         rows = [] if args.skip_sweeps else sweep_rows(console, args.repeats, args.no_reuse_limit, folder)
-        cells = per_placement(console, args.sample, folder)
+        cells = per_placement(console, args.sample, args.placement_repeats, folder)
     t = Table(title=f"Sweeps: real `python -m solver.run` runs, --top 10, every placement proved (median of {args.repeats}; single runs where marked)", title_justify="left")
     for c in ("run", "placements", "wall", "target", "peak RSS (largest process)"):
         t.add_column(c, justify="left" if c == "run" else "right")
     for label, n, wall, target, peak in rows:
         t.add_row(label, str(n), wall, target, f"{peak} MiB")
     console.print(t)
-    t = Table(title="One placement from scratch, max_steps 6, top 10 proved and verified (pieces 1,2,4,8,16; "
-                    "sequential only beside it)", title_justify="left")
+    t = Table(title=f"One placement from scratch, max_steps 6, top 10 proved and verified (pieces 1,2,4,8,16; "
+                    f"sequential only beside it; each placement the median of {args.placement_repeats} runs)",
+              title_justify="left")
     for c in ("reduced cells", "placements", "median", "max", "target", "sequential only, median", "ratio (median)",
               "ratio (max)"):
         t.add_column(c, justify="right")
