@@ -145,12 +145,12 @@ def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, wit
     for op, S in raw:
         bits = mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n)
         if not with_traffic:
-            out.append((step_seconds(model, state, op, S, n), []))
+            seconds, traffic = model.step_time(PY, op, *bits), []
         elif both is not None:
             seconds, traffic = both(PY, op, *bits)
-            out.append((float(seconds), [float(x) for x in traffic]))
         else:
-            out.append((float(model.step_time(PY, op, *bits)), [float(x) for x in model.traffic(PY, op, *bits)]))
+            seconds, traffic = model.step_time(PY, op, *bits), model.traffic(PY, op, *bits)
+        out.append((float(seconds), [float(x) for x in traffic]))
         nxt = apply(state, op, S)
         if nxt is None:
             raise ValueError(f"program {raw} is not valid")
@@ -403,5 +403,5 @@ class AlphaBeta:
         return self.on_piece(alg, op, S, Y, Z)[0]
 
     def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
-        """Per level, the seconds the step keeps its links busy on one piece (:func:`step_traffic` over ``pieces``)."""
-        return [t / self.pieces for t in step_traffic(alg, self.placement, self.request, self.message_bytes, op, S, Y, Z)]
+        """Per level, the seconds the step keeps its links busy on one piece (:meth:`on_piece`)."""
+        return self.on_piece(alg, op, S, Y, Z)[1]

@@ -665,13 +665,13 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         within = np.flatnonzero(lower <= candidates.bound())
         if within.size:
             order = within[np.argsort(lower[within], kind="stable")]
-            children = _Children(order.tolist(), lower[order].tolist(), lo, w, target, child_period, child_carried)
+            children = _SortedChildren(order.tolist(), lower[order].tolist(), lo, w, target, child_period, child_carried)
             heapq.heappush(heap, (children.bounds[0], next(tie), k, node, children, 0))
     return out
 
 
 @dataclass(frozen=True)
-class _Children:
+class _SortedChildren:
     """The children of one node of :func:`cheapest_pipelined_all` within the bound when it was expanded, cheapest
     bound first (`order`: their rows' offsets from `lo`; `bounds`: their lower bounds), with what the node needs to
     build each."""

@@ -43,6 +43,8 @@ def halves(r: dict) -> tuple[float, float] | None:
     fewer than two rounds). How well one half predicts the other is the measurement's own repeatability."""
     rounds = r.get("repeats_s") or []
     return (statistics.median(rounds[0::2]), statistics.median(rounds[1::2])) if len(rounds) >= 2 else None
+
+
 # Simulator constants fitted on the fit subset (grid, microseconds): the per-step launch overhead.
 OVERHEAD_GRID_US = [0.0] + [round(10 ** (i / 8), 1) for i in range(33)]  # 1 us .. 10 ms
 
