@@ -6,7 +6,7 @@ import time
 
 import z3
 
-from p2synth_encodings.errors import SolverTimeout
+from p2synth.encodings.errors import SolverTimeout
 
 
 class Deadline:

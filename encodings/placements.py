@@ -1,4 +1,4 @@
-"""Placement enumeration in Z3 (DESIGN.md section 5).
+"""Placement enumeration in Z3 (docs/model.md section 2).
 
 A placement is a matrix ``P[a][l]`` with row products the axis sizes and
 column products the level counts. Per prime ``p`` the exponents
@@ -15,7 +15,7 @@ from typing import Iterator
 
 import z3
 
-from p2synth_encodings.deadline import Deadline
+from p2synth.encodings.deadline import Deadline
 
 Matrix = tuple[tuple[int, ...], ...]
 

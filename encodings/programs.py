@@ -5,7 +5,7 @@ collectives, or none for an unused trailing slot) and a slice ``S_i``, a set
 of reduced cells. The abstract state ``(X, Y, Z)`` (summed,
 scattered, rooted; plus ``P``, still to exchange, for an all_to_all request,
 whose only steps are all_to_all ones) is threaded through the slots and the request's goal is
-asserted at the end (DESIGN.md sections 4 and 5). Every model decodes into one
+asserted at the end (docs/semantics.md section 4, docs/model.md section 5). Every model decodes into one
 program; distinct models are distinct programs.
 
 The encoding only knows cell indices; the caller maps them to cells.
@@ -19,11 +19,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import z3
 
-from p2synth_encodings.deadline import Deadline
-from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.z3algebra import Z3Algebra, _real
-from hierarchies.program import Collective, RawProgram
-from hierarchies.statespace import STATUS_BITS, Status, goal_statuses, moves, statuses
+from p2synth.encodings.deadline import Deadline
+from p2synth.encodings.errors import SolverTimeout
+from p2synth.encodings.z3algebra import Z3Algebra, _real
+from p2synth.hierarchies.program import Collective, RawProgram
+from p2synth.hierarchies.statespace import STATUS_BITS, Status, goal_statuses, moves, statuses
 
 TIE_TOLERANCE = 1e-9  # relative: costs closer than this are equal (they come from float figures)
 StepCost = Callable[[Z3Algebra, Any, Sequence[Any], Sequence[Any], Sequence[Any]], Any]

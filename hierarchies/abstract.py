@@ -1,4 +1,4 @@
-"""The abstract cell-status semantics (DESIGN.md section 4) and the explicit search over it.
+"""The abstract cell-status semantics (docs/semantics.md section 4) and the explicit search over it.
 
 The state of the whole system is four sets of reduced cells, kept as bitmasks
 over the reduced-cell indices: ``X`` summed, ``Y`` scattered, ``Z`` rooted
@@ -23,7 +23,7 @@ from functools import lru_cache
 from math import comb
 from typing import Iterator
 
-from hierarchies.program import Collective
+from p2synth.hierarchies.program import Collective
 
 OPS: tuple[Collective, ...] = tuple(Collective)
 

@@ -26,8 +26,23 @@ class UsageError(ValueError):
     """A bad command line or input file: one line for the user, exit status 2."""
 
 
+# The name the running tool was invoked as, when not its ``python -m`` form (set by the ``p2synth`` command).
+_invoked_as: str | None = None
+
+
+def invoked_as(name: str) -> None:
+    """Make every parser built from now on call its program `name` (e.g. ``p2synth solve``) in usage and help."""
+    global _invoked_as
+    _invoked_as = name
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises :class:`UsageError` (one line, exit 2) instead of printing usage and exiting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if _invoked_as is not None:
+            kwargs["prog"] = _invoked_as
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
         """Raise UsageError with argparse's message."""

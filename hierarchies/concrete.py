@@ -1,4 +1,4 @@
-"""The concrete per-device semantics (DESIGN.md section 3): the reference checker.
+"""The concrete per-device semantics (docs/semantics.md section 3): the reference checker.
 
 It simulates every device: an ``active`` flag and a map chunk -> contribution
 set (which devices' inputs are summed into that chunk, as a bitmask over
@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
-from hierarchies.placement import Cell, Placement
-from hierarchies.program import Collective, Program, Request, Step
+from p2synth.hierarchies.placement import Cell, Placement
+from p2synth.hierarchies.program import Collective, Program, Request, Step
 
 
 @dataclass(frozen=True)

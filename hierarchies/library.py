@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from hierarchies.model import Hierarchy, Level
+from p2synth.hierarchies.model import Hierarchy, Level
 
 
 class UnknownSystemError(KeyError):
@@ -14,7 +14,7 @@ class UnknownSystemError(KeyError):
 
 def system_names() -> list[str]:
     """Names of the bundled systems."""
-    files = resources.files("hierarchies") / "systems"
+    files = resources.files("p2synth.hierarchies") / "systems"
     return sorted(p.name.removesuffix(".json") for p in files.iterdir() if p.name.endswith(".json"))
 
 
@@ -26,7 +26,7 @@ def system_info(name: str) -> dict:
     """
     if name not in system_names():
         raise UnknownSystemError(name)
-    return json.loads((resources.files("hierarchies") / "systems" / f"{name}.json").read_text())
+    return json.loads((resources.files("p2synth.hierarchies") / "systems" / f"{name}.json").read_text())
 
 
 def load_system(name: str, nodes: int | None = None) -> Hierarchy:

@@ -15,7 +15,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hierarchies.cli import quote
+from p2synth.hierarchies.cli import quote
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 MAX_LEVELS = 32

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hierarchies.model import NAME_PATTERN, Hierarchy
+from p2synth.hierarchies.model import NAME_PATTERN, Hierarchy
 
 
 class Axis(BaseModel):
@@ -165,7 +165,7 @@ class Placement:
         return self.position(rank, tuple(c for c in self.cells if c not in cells))
 
     def axis_coords(self, rank: int) -> tuple[int, ...]:
-        """Coordinate of device `rank` along every axis (the bijection of DESIGN.md section 2)."""
+        """Coordinate of device `rank` along every axis (the bijection of docs/semantics.md section 1)."""
         d = self.digits(rank)
         out = []
         for a in range(len(self.axes)):

@@ -25,10 +25,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hierarchies.cli import one_line, quote
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Axis, Placement, PlacementError
-from hierarchies.program import Collective, NamedRequest, Program, Request
+from p2synth.hierarchies.cli import one_line, quote
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement, PlacementError
+from p2synth.hierarchies.program import Collective, NamedRequest, Program, Request
 
 SINGLE_REQUEST_NAME = "request"  # the name a single-request plan's request goes by
 

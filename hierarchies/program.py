@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from hierarchies.cli import quote
-from hierarchies.placement import Cell, Placement
+from p2synth.hierarchies.cli import quote
+from p2synth.hierarchies.placement import Cell, Placement
 
 
 class Collective(str, Enum):

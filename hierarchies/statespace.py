@@ -23,14 +23,14 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from hierarchies.abstract import AbstractState
-from hierarchies.program import Collective
+from p2synth.hierarchies.abstract import AbstractState
+from p2synth.hierarchies.program import Collective
 
 MAX_STATES = 1 << 22  # radix ** cells beyond this is too large to hold as arrays
 
 
 class Status(IntEnum):
-    """What has happened to one reduced cell (DESIGN.md section 4)."""
+    """What has happened to one reduced cell (docs/semantics.md section 4)."""
 
     UNTOUCHED = 0
     SUMMED = 1      # summed (and, for all_to_all, exchanged): nothing left to do

@@ -1,7 +1,7 @@
 """Independent verification of synthesized programs with the concrete semantics.
 
-Validity depends only on which cells exist, not on their sizes (DESIGN.md
-section 4), so a program for a large system is checked on a *miniature*: the
+Validity depends only on which cells exist, not on their sizes (the
+shrinking lemma, proved in docs/semantics.md section 5), so a program for a large system is checked on a *miniature*: the
 same reduced cells, each shrunk to factor 2 (other axes' cells dropped when
 the system is too large to simulate device by device).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from hierarchies.model import Hierarchy, Level
-from hierarchies.placement import Axis, Cell, Placement
-from hierarchies.program import Program, Request
-from hierarchies.concrete import CheckResult, ConcreteChecker
+from p2synth.hierarchies.model import Hierarchy, Level
+from p2synth.hierarchies.placement import Axis, Cell, Placement
+from p2synth.hierarchies.program import Program, Request
+from p2synth.hierarchies.concrete import CheckResult, ConcreteChecker
 
 # Largest devices x chunks simulated directly; beyond it, a miniature.
 DIRECT_LIMIT = 1 << 14

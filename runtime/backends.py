@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from hierarchies.program import Collective
-from runtime.data import CHECK_DTYPE, DTYPE
+from p2synth.hierarchies.program import Collective
+from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 
 NCCL_UNIQUE_ID_BYTES = 128
 

@@ -31,9 +31,9 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from hierarchies.cli import enum_argument, sizes_argument
-from runtime.backends import Backend, BackendKind
-from runtime.data import (
+from p2synth.hierarchies.cli import enum_argument, sizes_argument
+from p2synth.runtime.backends import Backend, BackendKind
+from p2synth.runtime.data import (
     ITEMSIZE,
     DataFactory,
     Group,
@@ -44,9 +44,9 @@ from runtime.data import (
     timed_expected,
     timed_input,
 )
-from runtime.executor import Buffers, Executor
-from runtime.faults import Fault, FaultKind, place_fault
-from runtime.job import (
+from p2synth.runtime.executor import Buffers, Executor
+from p2synth.runtime.faults import Fault, FaultKind, place_fault
+from p2synth.runtime.job import (
     EXIT_DETECTED,
     EXIT_MISSED,
     EXIT_OK,
@@ -57,10 +57,10 @@ from runtime.job import (
     run_guarded,
     start_job,
 )
-from runtime.layout import Role, plan_layout
-from hierarchies.plan_file import PlanFileError, load_plan_file
-from runtime.plan import Selection, select
-from runtime.report import (
+from p2synth.runtime.layout import Role, plan_layout
+from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
+from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.report import (
     InjectResult,
     Result,
     Verdict,
@@ -73,7 +73,7 @@ from runtime.report import (
     table_row,
     verdict,
 )
-from runtime.timing import TimingConfig, time_runs
+from p2synth.runtime.timing import TimingConfig, time_runs
 
 
 def _top(text: str) -> int | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
 
 KiB, MiB = 1024, 1024 * 1024
 LATENCY_SIZES = (8, 256, 4 * KiB)

@@ -53,8 +53,8 @@ from typing import Protocol
 
 import numpy as np
 
-from hierarchies.placement import Placement
-from hierarchies.program import Collective, Request
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Collective, Request
 
 DTYPE = np.dtype(np.float32)  # the timed runs' elements
 ITEMSIZE = DTYPE.itemsize

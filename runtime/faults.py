@@ -45,10 +45,10 @@ from enum import Enum
 from itertools import combinations
 from typing import Any
 
-from hierarchies.placement import Cell, Placement
-from hierarchies.program import Collective, Request
-from runtime.backends import Backend
-from runtime.layout import Exchange, LayoutPlan, Transpose, held_chunks
+from p2synth.hierarchies.placement import Cell, Placement
+from p2synth.hierarchies.program import Collective, Request
+from p2synth.runtime.backends import Backend
+from p2synth.runtime.layout import Exchange, LayoutPlan, Transpose, held_chunks
 
 VICTIM = 0  # the rank that swaps, drops or doubles
 SUMMING_OPS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hierarchies.cli import ArgumentParser, UsageError
-from hierarchies.plan_file import PlanFileError
-from runtime.backends import BackendUnavailable, make_backend
+from p2synth.hierarchies.cli import ArgumentParser, UsageError
+from p2synth.hierarchies.plan_file import PlanFileError
+from p2synth.runtime.backends import BackendUnavailable, make_backend
 
 EXIT_OK = 0
 EXIT_WRONG = 1  # a result failed the exact check (or a rank crashed)

@@ -42,8 +42,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from hierarchies.placement import Cell, Placement
-from hierarchies.program import Collective, Program, Request, Step
+from p2synth.hierarchies.placement import Cell, Placement
+from p2synth.hierarchies.program import Collective, Program, Request, Step
 
 Layout = tuple[Cell, ...]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from runtime.stats import Interval, median_interval
-from runtime.timing import TimingConfig, measure
+from p2synth.runtime.stats import Interval, median_interval
+from p2synth.runtime.timing import TimingConfig, measure
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hierarchies.placement import Placement
-from hierarchies.plan_file import PlanFile, PlanFileError, PlannedProgram
-from hierarchies.program import Program, Request
-from hierarchies.verify import Verifier
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, PlannedProgram
+from p2synth.hierarchies.program import Program, Request
+from p2synth.hierarchies.verify import Verifier
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import Enum
 
-from hierarchies.program import Collective
+from p2synth.hierarchies.program import Collective
 
 
 def bus_factor(collective: Collective, n: int) -> float:

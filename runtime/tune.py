@@ -52,19 +52,19 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from hierarchies.cli import enum_argument, write_json_atomic, write_text_atomic
-from hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
-from runtime.backends import BackendKind
-from runtime.bench import Job, Runner, mismatches
-from runtime.calibration import MiB, Bench, fitted_hierarchy, library_of, measure_level, message_sizes, significant
-from runtime.data import element_count, index_bits, reduction_group, tagged_data, timed_expected, timed_input
-from runtime.executor import Buffers
-from runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded, start_job
-from runtime.layout import Role
-from runtime.measure import Measured, interleaved
-from runtime.plan import Selection, select
-from runtime.stats import CONFIDENCE, pick
-from runtime.timing import TimingConfig
+from p2synth.hierarchies.cli import enum_argument, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
+from p2synth.runtime.backends import BackendKind
+from p2synth.runtime.bench import Job, Runner, mismatches
+from p2synth.runtime.calibration import MiB, Bench, fitted_hierarchy, library_of, measure_level, message_sizes, significant
+from p2synth.runtime.data import element_count, index_bits, reduction_group, tagged_data, timed_expected, timed_input
+from p2synth.runtime.executor import Buffers
+from p2synth.runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded, start_job
+from p2synth.runtime.layout import Role
+from p2synth.runtime.measure import Measured, interleaved
+from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.stats import CONFIDENCE, pick
+from p2synth.runtime.timing import TimingConfig
 
 REFIT_MAX_BYTES = 16 * MiB  # the refit's ping-pong stops here (or at the largest tuned size, if smaller)
 REFIT_MIN_BYTES = 64 * 1024  # ... and never below this (the bandwidth fit needs large messages)

@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from hierarchies.cli import ArgumentParser, UsageError, write_text_atomic
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_text_atomic
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -34,11 +34,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_text_atomic
-from hierarchies.model import Hierarchy
-from hierarchies.plan_file import PlanFileError, parse_plan_file
-from hierarchies.program import Program
-from solver.models import program_cost, program_cost_and_steps
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_text_atomic
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.plan_file import PlanFileError, parse_plan_file
+from p2synth.hierarchies.program import Program
+from p2synth.solver.models import program_cost, program_cost_and_steps
 
 PIECES = (1, 2, 4, 8, 16)
 

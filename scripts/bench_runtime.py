@@ -29,14 +29,14 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from hierarchies import Axis, Collective, Hierarchy, Placement, Request, default_program
-from runtime.backends import NumpyBackend
-from runtime.data import ITEMSIZE, element_count, reduction_group, tagged_data, timed_expected, timed_input
-from runtime.executor import Buffers, Executor
-from runtime.job import EXIT_OK, EXIT_WRONG, mpi_version, run_guarded
-from runtime.layout import Role
-from hierarchies.cli import sizes_argument
-from runtime.timing import measure, summarize
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Placement, Request, default_program
+from p2synth.runtime.backends import NumpyBackend
+from p2synth.runtime.data import ITEMSIZE, element_count, reduction_group, tagged_data, timed_expected, timed_input
+from p2synth.runtime.executor import Buffers, Executor
+from p2synth.runtime.job import EXIT_OK, EXIT_WRONG, mpi_version, run_guarded
+from p2synth.runtime.layout import Role
+from p2synth.hierarchies.cli import sizes_argument
+from p2synth.runtime.timing import measure, summarize
 
 GOAL = 0.95
 

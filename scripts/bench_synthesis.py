@@ -47,14 +47,14 @@ from typing import NoReturn
 from rich.console import Console
 from rich.table import Table
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.concrete import ConcreteChecker
-from hierarchies.program import Program, Step
-from hierarchies.verify import clear_checks
-from solver.cost import program_seconds
-from solver.models import cost_model
-from solver.search import solve
-from solver.spec import load_problem
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.concrete import ConcreteChecker
+from p2synth.hierarchies.program import Program, Step
+from p2synth.hierarchies.verify import clear_checks
+from p2synth.solver.cost import program_seconds
+from p2synth.solver.models import cost_model
+from p2synth.solver.search import solve
+from p2synth.solver.spec import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 POD = [

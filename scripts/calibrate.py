@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hierarchies.cli import ArgumentParser, UsageError, size_argument
-from hierarchies.model import Hierarchy
-from runtime.calibration import (  # the measuring and the fit live in the runtime, which the tuner shares
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, size_argument
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.runtime.calibration import (  # the measuring and the fit live in the runtime, which the tuner shares
     LARGE,
     REDUCE_BYTES,
     REDUCE_WINDOW_S,

@@ -10,9 +10,9 @@ Spearman and the pick regret, with and without the term (docs/simulator.md, "Two
 import json
 import statistics
 import sys
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Axis, Placement
-from hierarchies.program import Program
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement
+from p2synth.hierarchies.program import Program
 from scripts.accuracy.programs import make_request, predict
 from scripts.accuracy.metrics import spearman
 

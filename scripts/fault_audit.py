@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hierarchies.program import Collective
-from runtime.data import SUMMING, Group, tagged_data
-from runtime.faults import FaultKind
+from p2synth.hierarchies.program import Collective
+from p2synth.runtime.data import SUMMING, Group, tagged_data
+from p2synth.runtime.faults import FaultKind
 
 OLD_INDEX_PERIOD = 31
 OLD_RANK_STRIDE = 32
@@ -81,7 +81,7 @@ PATTERNS = {"tagged": tagged_data, "old": OldPattern}
 
 def worker(pattern: str, calls: list[str]) -> int:
     """Inside mpiexec: run runtime.bench once per command line with `pattern` as check data."""
-    from runtime.bench import main
+    from p2synth.runtime.bench import main
 
     for call in calls:
         main(shlex.split(call), data=PATTERNS[pattern])

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hierarchies.cli import ArgumentParser, size_argument
-from hierarchies.model import Hierarchy
+from p2synth.hierarchies.cli import ArgumentParser, size_argument
+from p2synth.hierarchies.model import Hierarchy
 
 PATTERNS = ("parallel", "converging", "both-ways")
 

@@ -44,11 +44,11 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from hierarchies import Collective
-from runtime.backends import BackendUnavailable, CupyBackend, GroupComm
-from runtime.data import CHECK_DTYPE, DTYPE
-from runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces
-from runtime.layout import Role
+from p2synth.hierarchies import Collective
+from p2synth.runtime.backends import BackendUnavailable, CupyBackend, GroupComm
+from p2synth.runtime.data import CHECK_DTYPE, DTYPE
+from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces
+from p2synth.runtime.layout import Role
 
 DTYPES = (DTYPE, CHECK_DTYPE)
 IN_PLACE = (Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST)
@@ -192,7 +192,7 @@ def one_device_plan(collective: Collective) -> dict:
 
 def check_bench(folder: Path) -> int:
     """runtime.bench --backend cupy on the one-device plan of every collective; returns the number of plans exact."""
-    from runtime.bench import main as bench
+    from p2synth.runtime.bench import main as bench
 
     for collective in Collective:
         plan, out = folder / f"{collective.value}.json", folder / f"{collective.value}.out.json"

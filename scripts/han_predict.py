@@ -18,10 +18,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hierarchies import Axis, Collective, Hierarchy, Placement, Request
-from hierarchies import abstract
-from solver.cost import step_seconds
-from solver.simulator import Simulator
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Placement, Request
+from p2synth.hierarchies import abstract
+from p2synth.solver.cost import step_seconds
+from p2synth.solver.simulator import Simulator
 
 CALLS = {"Allreduce": Collective.ALL_REDUCE, "Reduce_scatter_block": Collective.REDUCE_SCATTER,
          "Reduce": Collective.REDUCE, "Bcast": Collective.BROADCAST}

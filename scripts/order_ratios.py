@@ -18,10 +18,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Axis, Placement
-from hierarchies.program import Program
-from runtime.layout import plan_layout
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement
+from p2synth.hierarchies.program import Program
+from p2synth.runtime.layout import plan_layout
 from scripts.accuracy.programs import make_request, predict
 
 

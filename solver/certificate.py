@@ -22,7 +22,7 @@ prefix ``q`` in the trie it either stops (2, second part) or takes a step no
 listed program takes there (2, with 1 bounding the rest). So ``cost(P) >= c``.
 The steps "valid in s" are the state space's (``hierarchies/statespace.py``),
 which a Z3 proof shows to be exactly the sketch's
-(``p2synth_encodings.programs.prove_step_semantics``), and the step costs are the
+(``p2synth.encodings.programs.prove_step_semantics``), and the step costs are the
 cost model's, evaluated by ``solver.explicit.edge_costs``.
 """
 
@@ -35,10 +35,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from hierarchies.program import RawProgram
-from hierarchies.statespace import StateSpace
-from solver.cost import PY, pipelined_seconds
-from solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, one_table,
+from p2synth.hierarchies.program import RawProgram
+from p2synth.hierarchies.statespace import StateSpace
+from p2synth.solver.cost import PY, pipelined_seconds
+from p2synth.solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, one_table,
                              successors_by_state,
                              traffic_floor, windows)
 

@@ -1,4 +1,4 @@
-"""The cost model: predicted time of each step and program (DESIGN.md section 6).
+"""The cost model: predicted time of each step and program (docs/model.md section 6).
 
 A cost model is written once, against a tiny :class:`Algebra` (``ite``, ``any``,
 ``is_op``, arithmetic with constants). Evaluated with :class:`PyAlgebra` on
@@ -18,9 +18,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from hierarchies.placement import Placement
-from hierarchies.program import Collective, Program, RawProgram, Request, to_raw
-from hierarchies.abstract import AbstractState, apply, start_state
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
+from p2synth.hierarchies.abstract import AbstractState, apply, start_state
 
 
 class Algebra(Protocol):

@@ -35,12 +35,12 @@ from typing import Callable
 
 import numpy as np
 
-from hierarchies.abstract import AbstractState, is_goal, start_state, successors
-from hierarchies.program import Collective, RawProgram
-from hierarchies.statespace import StateSpace
-from p2synth_encodings.deadline import Deadline
-from p2synth_encodings.errors import SolverTimeout
-from solver.cost import ARRAYS, OP_CODES, CostModel, slowest
+from p2synth.hierarchies.abstract import AbstractState, is_goal, start_state, successors
+from p2synth.hierarchies.program import Collective, RawProgram
+from p2synth.hierarchies.statespace import StateSpace
+from p2synth.encodings.deadline import Deadline
+from p2synth.encodings.errors import SolverTimeout
+from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, slowest
 
 # Programs costing within this relative margin of the N-th cheapest are kept as candidates: the top N is then
 # chosen among them by (cost, length, program), so ties at the cut are resolved the same way for every placement.

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Placement
-from hierarchies.program import Collective, Program, Request, to_raw
-from solver.cost import AlphaBeta, CostModel, raw_program_cost
-from solver.simulator import Simulator
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Collective, Program, Request, to_raw
+from p2synth.solver.cost import AlphaBeta, CostModel, raw_program_cost
+from p2synth.solver.simulator import Simulator
 
 
 class CostModelKind(str, Enum):

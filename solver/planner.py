@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from p2synth_encodings.deadline import Deadline
-from hierarchies.placement import Matrix, Placement
-from solver.search import Memo, Proof, Solution, solve
-from hierarchies.program import NamedRequest
-from solver.spec import Problem
+from p2synth.encodings.deadline import Deadline
+from p2synth.hierarchies.placement import Matrix, Placement
+from p2synth.solver.search import Memo, Proof, Solution, solve
+from p2synth.hierarchies.program import NamedRequest
+from p2synth.solver.spec import Problem
 
 
 @dataclass(frozen=True)

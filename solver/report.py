@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from solver.planner import SweepResult
-from solver.spec import Problem
+from p2synth.solver.planner import SweepResult
+from p2synth.solver.spec import Problem
 
 
 def fmt_time(seconds: float) -> str:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from hierarchies.placement import Placement
-from hierarchies.program import Request
-from solver.planner import SweepResult, RequestResult
-from solver.search import Ranked, Solution
-from solver.spec import Problem
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Request
+from p2synth.solver.planner import SweepResult, RequestResult
+from p2synth.solver.search import Ranked, Solution
+from p2synth.solver.spec import Problem
 
 
 def ranked_json(r: Ranked, solution: Solution, with_verified: bool = True) -> dict:

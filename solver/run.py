@@ -18,18 +18,18 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
-from hierarchies.plan_file import parse_plan_file
-from p2synth_encodings.deadline import Deadline
-from solver.exports import ExportFormat, export_placement
-from hierarchies.abstract import count_programs
-from solver.planner import SweepResult
-from solver.report import render_single, render_workload
-from solver.result import is_complete, result_json
-from solver.search import LIST_ALL_LIMIT, Proof, VerificationError
-from solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, sweep, under_mpi
-from solver.timeline import draw
-from solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
+from p2synth.hierarchies.plan_file import parse_plan_file
+from p2synth.encodings.deadline import Deadline
+from p2synth.solver.exports import ExportFormat, export_placement
+from p2synth.hierarchies.abstract import count_programs
+from p2synth.solver.planner import SweepResult
+from p2synth.solver.report import render_single, render_workload
+from p2synth.solver.result import is_complete, result_json
+from p2synth.solver.search import LIST_ALL_LIMIT, Proof, VerificationError
+from p2synth.solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, sweep, under_mpi
+from p2synth.solver.timeline import draw
+from p2synth.solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
 EXIT_OK, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 4, 130
 EXIT_CODES = (EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED)  # every code main() returns

@@ -26,17 +26,17 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
-from hierarchies.abstract import count_programs
-from hierarchies.placement import Placement
-from hierarchies.program import Program, RawProgram, Request, default_program, to_program, to_raw
-from hierarchies.statespace import state_space, statuses
-from hierarchies.verify import verifier
-from p2synth_encodings.deadline import Deadline
-from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.programs import PieceCosts, ProgramSketch, SemanticsMismatch, prove_step_semantics
-from solver import certificate
-from solver.cost import CostModel, pipelined_seconds, raw_program_cost
-from solver.explicit import (
+from p2synth.hierarchies.abstract import count_programs
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Program, RawProgram, Request, default_program, to_program, to_raw
+from p2synth.hierarchies.statespace import state_space, statuses
+from p2synth.hierarchies.verify import verifier
+from p2synth.encodings.deadline import Deadline
+from p2synth.encodings.errors import SolverTimeout
+from p2synth.encodings.programs import PieceCosts, ProgramSketch, SemanticsMismatch, prove_step_semantics
+from p2synth.solver import certificate
+from p2synth.solver.cost import CostModel, pipelined_seconds, raw_program_cost
+from p2synth.solver.explicit import (
     Candidates,
     bracketed_tables,
     cheapest_pipelined_all,
@@ -49,7 +49,7 @@ from solver.explicit import (
     tie_key,
     whole_traffic,
 )
-from solver.models import CostModelKind, CostSignature, cost_model, cost_signature
+from p2synth.solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000

@@ -1,4 +1,4 @@
-"""The simulator: a cost model that follows what MPI and NCCL actually do (DESIGN.md section 6).
+"""The simulator: a cost model that follows what MPI and NCCL actually do (docs/simulator.md).
 
 It refines :class:`solver.cost.AlphaBeta` with the terms the measurements on
 the emulated cluster call for (see ``docs/simulator.md``):
@@ -45,10 +45,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hierarchies.model import CollectiveLibrary, Hierarchy
-from hierarchies.placement import Placement
-from hierarchies.program import Collective, Request
-from solver.cost import Algebra, StepShape, all_to_all_time, level_time, step_shape, step_traffic
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Collective, Request
+from p2synth.solver.cost import Algebra, StepShape, all_to_all_time, level_time, step_shape, step_traffic
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:

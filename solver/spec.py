@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from hierarchies.cli import quote
-from hierarchies.library import UnknownSystemError, load_system, system_names
-from hierarchies.model import NAME_PATTERN, Hierarchy
-from hierarchies.placement import Axis, Matrix, Placement, PlacementError
-from hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, Request
-from solver.models import CostModelKind
+from p2synth.hierarchies.cli import quote
+from p2synth.hierarchies.library import UnknownSystemError, load_system, system_names
+from p2synth.hierarchies.model import NAME_PATTERN, Hierarchy
+from p2synth.hierarchies.placement import Axis, Matrix, Placement, PlacementError
+from p2synth.hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, Request
+from p2synth.solver.models import CostModelKind
 
 if TYPE_CHECKING:
-    from p2synth_encodings.deadline import Deadline
+    from p2synth.encodings.deadline import Deadline
 
 MAX_STEPS_LIMIT = 12
 # "placements": "all" is refused beyond this many placements unless the caller raises it
@@ -317,8 +317,8 @@ def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: 
 def _all_matrices(hierarchy: Hierarchy, axes: tuple[Axis, ...], deadline: Deadline | None,
                   max_placements: int | None) -> tuple[tuple[Matrix, ...], int]:
     """Every placement (found by Z3 until `deadline`, its count checked combinatorially) and their count."""
-    from p2synth_encodings.errors import SolverTimeout
-    from p2synth_encodings.placements import count_placements, enumerate_placements  # Z3
+    from p2synth.encodings.errors import SolverTimeout
+    from p2synth.encodings.placements import count_placements, enumerate_placements  # Z3
 
     sizes = tuple(a.size for a in axes)
     count = count_placements(sizes, hierarchy.counts)

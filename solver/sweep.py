@@ -24,12 +24,12 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from hierarchies.statespace import statuses
-from p2synth_encodings.deadline import Deadline
-from solver.models import cost_signature
-from solver.planner import PlacementResult, SweepResult, plan_placement, rank_plans
-from solver.search import Memo, Proof
-from solver.spec import Problem
+from p2synth.hierarchies.statespace import statuses
+from p2synth.encodings.deadline import Deadline
+from p2synth.solver.models import cost_signature
+from p2synth.solver.planner import PlacementResult, SweepResult, plan_placement, rank_plans
+from p2synth.solver.search import Memo, Proof
+from p2synth.solver.spec import Problem
 
 Progress = Callable[[int], None]  # called with the number of placements just finished
 

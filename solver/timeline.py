@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hierarchies.placement import Placement
-from hierarchies.program import NamedRequest, Program, to_raw
-from solver.cost import PY, pipeline_period, program_stages, raw_program_cost
-from solver.models import CostModelKind, cost_model
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import NamedRequest, Program, to_raw
+from p2synth.solver.cost import PY, pipeline_period, program_stages, raw_program_cost
+from p2synth.solver.models import CostModelKind, cost_model
 
 
 class TimelineUnavailable(Exception):

@@ -15,9 +15,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, default_program
-from hierarchies.program import to_program
-from hierarchies.abstract import enumerate_programs
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Placement, Program, Request, default_program
+from p2synth.hierarchies.program import to_program
+from p2synth.hierarchies.abstract import enumerate_programs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ MPI_ENV = {
 
 # A python -c program that runs runtime.bench once per argument (each a quoted command line) in one
 # MPI job, and exits with the worst status: fewer mpiexec launches.
-SEVERAL = "import shlex, sys; from runtime.bench import main; sys.exit(max(main(shlex.split(a)) for a in sys.argv[1:]))"
+SEVERAL = "import shlex, sys; from p2synth.runtime.bench import main; sys.exit(max(main(shlex.split(a)) for a in sys.argv[1:]))"
 
 
 def bench_once(setup: str = "", data: str = "") -> str:
@@ -45,15 +45,15 @@ def bench_once(setup: str = "", data: str = "") -> str:
     if data:
         module, name = data.split(":")
         use, data = f"from {module} import {name}; ", f", data={name}"
-    return f"import shlex, sys; {setup}{use}from runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1]){data}))"
+    return f"import shlex, sys; {setup}{use}from p2synth.runtime.bench import main; sys.exit(main(shlex.split(sys.argv[1]){data}))"
 
 
 # Setup for bench_once: every program passes the concrete checker, so a wrong one reaches the runtime's check.
-NO_CHECKER = "import hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
+NO_CHECKER = "import p2synth.hierarchies.concrete as c; c.ConcreteChecker.check = lambda self, p: c.CheckResult(True); "
 
 # The same, but rank 0 prints the list of exit statuses as JSON (one per command line) and the job exits 0.
 EACH = (
-    "import json, shlex, sys; from mpi4py import MPI; from runtime.bench import main; "
+    "import json, shlex, sys; from mpi4py import MPI; from p2synth.runtime.bench import main; "
     "codes = [main(shlex.split(a)) for a in sys.argv[1:]]; MPI.COMM_WORLD.Get_rank() == 0 and print(json.dumps(codes))"
 )
 

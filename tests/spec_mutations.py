@@ -143,6 +143,6 @@ def mutated_specs(draw: st.DrawFn, max_mutations: int = 3) -> dict:
 
 def spec_fields() -> set[str]:
     """The top-level field names of a spec."""
-    from solver.spec import Spec
+    from p2synth.solver.spec import Spec
 
     return set(Spec.model_fields)

@@ -6,8 +6,8 @@ import math
 
 from hypothesis import strategies as st
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.program import Program, Step
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.program import Program, Step
 
 
 @st.composite

@@ -16,9 +16,9 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
-from hierarchies.model import CollectiveLibrary, Hierarchy
-from hierarchies.program import Program
-from runtime.stats import Interval, ties
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.program import Program
+from p2synth.runtime.stats import Interval, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.report import (
     NEW_FIELDS,
@@ -150,8 +150,8 @@ def test_regret_loss_and_the_tuners_choice():
 
 def test_the_sample_never_looks_at_a_model(monkeypatch):
     """Same programs whatever the cost model: predict and the cost models are made to fail, and the seed alone decides."""
-    from hierarchies.placement import Axis, Placement
-    from hierarchies.program import default_program
+    from p2synth.hierarchies.placement import Axis, Placement
+    from p2synth.hierarchies.program import default_program
     import scripts.accuracy.programs as P
 
     def refuse(*a, **k):
@@ -379,9 +379,9 @@ def test_the_default_suite_measures_a_smaller_sample_only_at_16_and_64_MiB():
 
 def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_entries():
     """The plan the campaign hands to runtime.tune: one request per size, the sample in its drawn order; and back."""
-    from hierarchies.placement import Axis, Placement
-    from hierarchies.plan_file import parse_plan_file
-    from hierarchies.program import default_program
+    from p2synth.hierarchies.placement import Axis, Placement
+    from p2synth.hierarchies.plan_file import parse_plan_file
+    from p2synth.hierarchies.program import default_program
     from scripts.accuracy.measure import combo_plan, tuned_results
     from scripts.accuracy.programs import all_programs, make_request
 
@@ -418,8 +418,8 @@ def test_a_combo_plan_reads_as_a_workload_plan_and_its_tuned_results_become_raw_
 def test_pipelined_variants_are_drawn_without_a_model_and_uniformly():
     """Every program of two or more steps once more, on a piece count of the set drawn by the seed alone: a prefix of
     the sample gets a prefix of the variants, single steps get none, and over seeds every count turns up."""
-    from hierarchies.placement import Axis, Placement
-    from hierarchies.program import default_program
+    from p2synth.hierarchies.placement import Axis, Placement
+    from p2synth.hierarchies.program import default_program
     import scripts.accuracy.programs as P
 
     h = Hierarchy(name="t", levels=({"name": "node", "count": 4}, {"name": "core", "count": 2}))
@@ -438,10 +438,10 @@ def test_pipelined_variants_are_drawn_without_a_model_and_uniformly():
 
 def test_the_report_predicts_a_pipelined_program_as_the_solver_does_and_breaks_errors_down_by_kind():
     from scripts.accuracy.report import by_pipeline
-    from hierarchies.placement import Axis, Placement
-    from hierarchies.program import default_program
+    from p2synth.hierarchies.placement import Axis, Placement
+    from p2synth.hierarchies.program import default_program
     from scripts.accuracy.programs import all_programs, make_request, predict
-    from solver.search import solve
+    from p2synth.solver.search import solve
 
     h = Hierarchy(name="t", levels=({"name": "node", "count": 2, "bandwidth_GBps": 0.1, "latency_us": 20},
                                     {"name": "core", "count": 4, "bandwidth_GBps": 10.0, "latency_us": 1}))
@@ -582,10 +582,10 @@ def test_resume_refuses_another_suites_raw_document(tmp_path):
 def test_a_pipelined_program_holds_the_step_overhead_as_often_as_the_solver_counts_it():
     """The fitted per-step overhead is charged outside the models: once per step sequentially, and on P pieces
     ``steps + P - 1`` times, what the pipeline formula gives for stages that cost the overhead alone."""
-    from hierarchies.placement import Axis, Placement
+    from p2synth.hierarchies.placement import Axis, Placement
     from scripts.accuracy.programs import all_programs, make_request
     from scripts.accuracy.report import overhead_calls
-    from solver.cost import PY, pipelined_seconds
+    from p2synth.solver.cost import PY, pipelined_seconds
 
     h = Hierarchy(name="t", levels=({"name": "node", "count": 2}, {"name": "core", "count": 2}))
     pl = Placement(h, (Axis(name="data", size=4),), ((2, 2),))

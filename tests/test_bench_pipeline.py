@@ -58,7 +58,7 @@ def test_the_table_predicts_on_another_hierarchy_what_the_solver_would(tmp_path,
         p.update(measured_s=1.0, measured_ci_s=[0.9, 1.1], wrong=0)
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(tuned))
-    from hierarchies.model import Hierarchy
+    from p2synth.hierarchies.model import Hierarchy
     same = bench_pipeline.predictions(tuned, Hierarchy.model_validate(HIERARCHY))
     assert [same[id(p)] for p in [entry["default"], *entry["programs"]]] == \
         pytest.approx([p["cost_s"] for p in [entry["default"], *entry["programs"]]], rel=1e-12)

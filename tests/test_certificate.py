@@ -8,18 +8,18 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.model import CollectiveLibrary
-from hierarchies import statespace
-from hierarchies.statespace import state_space
-from p2synth_encodings import programs as sketches
-from p2synth_encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
-from solver import certificate, explicit
-from solver.certificate import CertificateError
-from solver.cost import step_seconds
-from solver.explicit import cheapest_programs, cost_to_go, edge_costs, step_cases
-from solver.models import CostModelKind, cost_model, cost_signature
-from solver.search import Proof, solve
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.model import CollectiveLibrary
+from p2synth.hierarchies import statespace
+from p2synth.hierarchies.statespace import state_space
+from p2synth.encodings import programs as sketches
+from p2synth.encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
+from p2synth.solver import certificate, explicit
+from p2synth.solver.certificate import CertificateError
+from p2synth.solver.cost import step_seconds
+from p2synth.solver.explicit import cheapest_programs, cost_to_go, edge_costs, step_cases
+from p2synth.solver.models import CostModelKind, cost_model, cost_signature
+from p2synth.solver.search import Proof, solve
 from tests.strategies import placements, requests
 
 AR, RS, AG, R, B, A2A = Collective
@@ -93,7 +93,7 @@ def test_equal_cost_signatures_mean_equal_step_costs(data):
     h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=10, latency_us=10, uplink_GBps=20),
                           Level(name="gpu", count=4, bandwidth_GBps=100, latency_us=1)))
     axes = (Axis(name="dp", size=4), Axis(name="tp", size=2), Axis(name="pp", size=2))
-    from hierarchies.placement import enumerate_matrices
+    from p2synth.hierarchies.placement import enumerate_matrices
 
     matrices = list(enumerate_matrices((4, 2, 2), (4, 4)))
     req = Request(frozenset(data.draw(st.sets(st.integers(0, 2), min_size=1))), data.draw(st.sampled_from([AR, RS, A2A])))

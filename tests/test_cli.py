@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from solver.run import EXIT_CODES, main
+from p2synth.solver.run import EXIT_CODES, main
 from scripts.bench_synthesis import spec as bench_spec
-from solver.spec import field_key
+from p2synth.solver.spec import field_key
 from tests.spec_mutations import mutated_specs, spec_fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,9 +254,9 @@ def test_timeout_bounds_a_sweep_over_worker_processes(tmp_path, jobs):
 
 
 def test_an_expired_budget_stops_the_search_inside_a_placement():
-    from p2synth_encodings.deadline import Deadline
-    from solver.search import solve
-    from solver.spec import build_problem, parse_spec
+    from p2synth.encodings.deadline import Deadline
+    from p2synth.solver.search import solve
+    from p2synth.solver.spec import build_problem, parse_spec
 
     problem = build_problem(parse_spec(json.dumps(NINE_CELLS)))
     placement = problem.placement(((2, 2, 2, 2, 2), (2, 2, 2, 2, 1)))
@@ -298,12 +298,12 @@ def test_explicit_placements_are_not_counted_against_the_limit(tmp_path):
 
 
 def test_readme_and_docstring_name_exactly_the_exit_codes_main_returns():
-    import solver.run
+    import p2synth.solver.run as solver_run
 
     readme = (ROOT / "README.md").read_text()
     paragraph = readme[readme.index("Exit codes:"):].split("\n\n")[0]
     assert {int(c) for c in re.findall(r"`(\d+)`", paragraph)} == set(EXIT_CODES)
-    doc = solver.run.__doc__
+    doc = solver_run.__doc__
     docstring = doc[doc.index("Exit codes:"):]
     assert {int(c) for c in re.findall(r"(?:^|[;:] )(\d+) ", docstring.replace("\n", " "))} == set(EXIT_CODES)
 

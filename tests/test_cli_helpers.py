@@ -3,7 +3,7 @@
 import os
 import stat
 
-from hierarchies.cli import write_json_atomic, write_text_atomic
+from p2synth.hierarchies.cli import write_json_atomic, write_text_atomic
 
 
 def test_atomic_writes_give_the_permissions_of_an_ordinary_write(tmp_path):

@@ -2,9 +2,9 @@
 
 import math
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.abstract import AbstractState
-from solver.cost import AlphaBeta, step_seconds
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.abstract import AbstractState
+from p2synth.solver.cost import AlphaBeta, step_seconds
 
 AR, RS, AG, R, B, A2A = Collective
 M = float(1 << 28)

@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Program, Request, Step
-from hierarchies.abstract import enumerate_programs
-from hierarchies.program import to_program
-from solver.exports.layout import RequestLayout, identifiers, plan_module
-from solver.exports import EXPORTERS, ExportRequest, export_jax, export_torch
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Program, Request, Step
+from p2synth.hierarchies.abstract import enumerate_programs
+from p2synth.hierarchies.program import to_program
+from p2synth.solver.exports.layout import RequestLayout, identifiers, plan_module
+from p2synth.solver.exports import EXPORTERS, ExportRequest, export_jax, export_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 8

@@ -14,8 +14,8 @@ EXAMPLES = [("dgx-a100-dp-tp.json", 1), ("gpt-3d-on-dgx-a100.json", 2)]
 # Runs `python -m solver.exports ARGS` with Z3, our Z3 layer and the solver's search blocked.
 NO_SOLVER = (
     "import sys; [sys.modules.__setitem__(m, None) for m in "
-    "('z3', 'p2synth_encodings', 'solver.search', 'solver.cost', 'solver.models', 'solver.simulator', 'solver.spec')]; "
-    "from solver.exports.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    "('z3', 'p2synth.encodings', 'p2synth.solver.search', 'p2synth.solver.cost', 'p2synth.solver.models', 'p2synth.solver.simulator', 'p2synth.solver.spec')]; "
+    "from p2synth.solver.exports.__main__ import main; sys.exit(main(sys.argv[1:]))"
 )
 
 

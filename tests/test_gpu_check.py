@@ -16,7 +16,7 @@ from tests.runtime_support import MPI_ENV, ROOT, gpu_count
 
 WITH_FAKE = ("import sys, tests.fake_cupy as f; f.install(broken={!r}, schedule={!r}); {}"
              "from scripts.gpu_check import main; sys.exit(main())")
-BLIND = "import runtime.backends as b\nclass Blind(b.StreamLane):\n    def wait(self, pending): pass\n"  # a lane that never waits
+BLIND = "import p2synth.runtime.backends as b\nclass Blind(b.StreamLane):\n    def wait(self, pending): pass\n"  # a lane that never waits
 NO_STEP_EVENTS = BLIND + "stage = b.CupyBackend.stage_lanes\nb.CupyBackend.stage_lanes = lambda self, n: tuple(Blind(l.stream) for l in stage(self, n))\n"
 NO_JOIN = BLIND + "b.CupyBackend.main_lane = lambda self: Blind(self.stream)\n"
 WITHOUT_CUPY = "import sys; sys.modules['cupy'] = None; from scripts.gpu_check import main; sys.exit(main())"

@@ -2,8 +2,8 @@
 
 import math
 
-from hierarchies import Collective, Hierarchy, Level
-from hierarchies.model import CollectiveLibrary
+from p2synth.hierarchies import Collective, Hierarchy, Level
+from p2synth.hierarchies.model import CollectiveLibrary
 from scripts import han_predict
 
 H = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from p2synth_encodings.deadline import Deadline
-from p2synth_encodings.errors import SolverTimeout
-from p2synth_encodings.placements import count_placements, enumerate_placements
-from hierarchies import Axis, Hierarchy, Level, Placement, PlacementError, UnknownSystemError, enumerate_matrices, load_system, system_names
+from p2synth.encodings.deadline import Deadline
+from p2synth.encodings.errors import SolverTimeout
+from p2synth.encodings.placements import count_placements, enumerate_placements
+from p2synth.hierarchies import Axis, Hierarchy, Level, Placement, PlacementError, UnknownSystemError, enumerate_matrices, load_system, system_names
 from tests.strategies import placements
 
 

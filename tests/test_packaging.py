@@ -10,7 +10,7 @@ TOP = ("hierarchies", "encodings", "solver", "runtime", "scripts")
 def test_every_package_folder_is_installed():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(config["packages"])
-    renamed = {folder: name for name, folder in config["package-dir"].items()}  # encodings -> p2synth_encodings
+    renamed = {folder: name for name, folder in config["package-dir"].items()}  # encodings -> p2synth.encodings
     found = set()
     for top in TOP:
         for init in (ROOT / top).rglob("__init__.py"):

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.program import Program, Step
-from hierarchies.statespace import state_space
-from solver import certificate, search
-from solver.certificate import CertificateError
-from solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
-from solver.explicit import (Candidates, bracketed_tables, split_costs, cheapest_pipelined, cheapest_pipelined_all,
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.program import Program, Step
+from p2synth.hierarchies.statespace import state_space
+from p2synth.solver import certificate, search
+from p2synth.solver.certificate import CertificateError
+from p2synth.solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
+from p2synth.solver.explicit import (Candidates, bracketed_tables, split_costs, cheapest_pipelined, cheapest_pipelined_all,
                              cost_to_go, edge_costs, pipeline_tables, successors_by_state, traffic_to_go, whole_traffic)
-from solver.models import CostModelKind, cost_model
-from solver.search import Proof, solve
+from p2synth.solver.models import CostModelKind, cost_model
+from p2synth.solver.search import Proof, solve
 from tests.test_certificate import cases
 
 AR, RS, AG, R, B, A2A = Collective
@@ -79,7 +79,7 @@ SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthChe
 def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
     """On random hierarchies the explicit search's best (program, pieces) costs what Z3 finds on its own, and Z3's
     unsat over the whole sketch (with every piece count) proves the explicit list."""
-    from p2synth_encodings.programs import PieceCosts, ProgramSketch
+    from p2synth.encodings.programs import PieceCosts, ProgramSketch
 
     p, req, size, kind = case
     n = len(req.reduced_cells(p))
@@ -141,7 +141,7 @@ def test_the_traffic_table_is_one_fixed_point_and_the_certificate_checks_it_once
     """traffic_to_go returns one table for every step count: the least traffic of a completion of any length, at or
     below the per-step-count table of every r and equal to it once r is large; the certificate accepts it, and refuses
     it raised anywhere (one table: every r at once)."""
-    from solver.explicit import _backward, one_table
+    from p2synth.solver.explicit import _backward, one_table
 
     costs, h, t, expanded, found, nth = _pipelined_search()
     rows = successors_by_state(costs)
@@ -166,7 +166,7 @@ def test_a_pipelined_program_is_checked_as_one_piece_and_reads_back():
 
 
 def test_the_spec_narrows_the_piece_counts():
-    from solver.spec import SpecError, build_problem, parse_spec
+    from p2synth.solver.spec import SpecError, build_problem, parse_spec
 
     base = ('{"hierarchy": {"system": "dgx-a100", "nodes": 2}, "axes": [{"name": "d", "size": 16}], '
             '"request": {"axes": ["d"]}, "pipeline": %s}')
@@ -190,8 +190,8 @@ def test_more_pieces_never_change_what_a_sequential_search_finds(case):
 
 
 def test_the_timeline_is_as_long_as_the_prediction_and_its_pieces_never_collide():
-    from hierarchies.program import NamedRequest
-    from solver.timeline import bars
+    from p2synth.hierarchies.program import NamedRequest
+    from p2synth.solver.timeline import bars
 
     named = NamedRequest("grads", REQ, 64 << 20)
     program = Program(tuple(Step(op, tuple(c for c, bit in ((NODE, 1), (GPU, 2)) if mask & bit)) for op, mask in HIER), 4)
@@ -220,7 +220,7 @@ def test_cli_timeline_writes_a_png_and_refuses_without_matplotlib(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    blocked = "import sys; sys.modules['matplotlib'] = None; from solver.run import main; sys.exit(main(sys.argv[1:]))"
+    blocked = "import sys; sys.modules['matplotlib'] = None; from p2synth.solver.run import main; sys.exit(main(sys.argv[1:]))"
     r = subprocess.run([sys.executable, "-c", blocked, str(spec), "--timeline", str(tmp_path / "u.png")], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip() == "error: --timeline needs matplotlib: pip install -e '.[plot]'"
@@ -354,7 +354,7 @@ def test_a_model_not_affine_in_the_piece_size_gets_exact_tables():
 def test_the_pipelined_top_is_the_brute_forces(case, pieces, K):
     """Every program within K steps costed at every piece count by solver.cost directly, the cheapest N kept: the
     search's top N has exactly those costs (its bounds prune nothing that belongs there)."""
-    from hierarchies.abstract import enumerate_programs
+    from p2synth.hierarchies.abstract import enumerate_programs
 
     p, req, size, kind = case
     n = len(req.reduced_cells(p))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from solver.planner import plan_placement, rank_plans
-from solver.spec import build_problem, parse_spec
-from p2synth_encodings.deadline import Deadline
+from p2synth.solver.planner import plan_placement, rank_plans
+from p2synth.solver.spec import build_problem, parse_spec
+from p2synth.encodings.deadline import Deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hierarchies import Collective, Request
-from hierarchies.concrete import ConcreteChecker
-from runtime.data import (
+from p2synth.hierarchies import Collective, Request
+from p2synth.hierarchies.concrete import ConcreteChecker
+from p2synth.runtime.data import (
     CHECK_DTYPE,
     MIN_RANK_BITS,
     SPARE_BITS,

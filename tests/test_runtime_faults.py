@@ -14,9 +14,9 @@ from itertools import combinations
 
 import pytest
 
-from hierarchies import Collective, Program, Step, default_program
-from runtime.faults import FaultKind, place_fault
-from runtime.layout import plan_layout
+from p2synth.hierarchies import Collective, Program, Step, default_program
+from p2synth.runtime.faults import FaultKind, place_fault
+from p2synth.runtime.layout import plan_layout
 from tests.runtime_support import (
     CASES,
     EACH,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hierarchies import Collective
+from p2synth.hierarchies import Collective
 from tests.runtime_support import SEVERAL, all_programs, find_mpiexec, gpu_count, placement_of, request_of, run_mpi, write_plan
 
 

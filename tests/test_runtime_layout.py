@@ -2,8 +2,8 @@
 
 import pytest
 
-from hierarchies import Cell, Collective, Program, Step
-from runtime.layout import (
+from p2synth.hierarchies import Cell, Collective, Program, Step
+from p2synth.runtime.layout import (
     Exchange,
     LayoutError,
     Role,

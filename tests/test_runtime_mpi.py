@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from hierarchies.cli import quote
+from p2synth.hierarchies.cli import quote
 
-from hierarchies import Collective, Program, default_program
+from p2synth.hierarchies import Collective, Program, default_program
 from tests.runtime_support import (
     CASES,
     EACH,
@@ -77,11 +77,11 @@ import json, sys
 from dataclasses import replace
 import numpy as np
 from mpi4py import MPI
-from hierarchies import Collective
-from runtime.backends import NumpyBackend
-from runtime.data import CHECK_DTYPE, reduction_group
-from runtime.executor import Buffers, Executor
-from runtime.layout import Role
+from p2synth.hierarchies import Collective
+from p2synth.runtime.backends import NumpyBackend
+from p2synth.runtime.data import CHECK_DTYPE, reduction_group
+from p2synth.runtime.executor import Buffers, Executor
+from p2synth.runtime.layout import Role
 from tests.runtime_support import CASES, all_programs, request_of
 world = MPI.COMM_WORLD
 out = {}
@@ -185,10 +185,10 @@ def test_all_to_all_node2_gpu4_every_program_runs_exactly_and_bad_bytes_exit_2(t
 KNOWN_VALUES = """
 import json, numpy as np
 from mpi4py import MPI
-from hierarchies import Cell, Collective, Program, Request, Step
-from runtime.backends import NumpyBackend
-from runtime.executor import Buffers, Executor
-from runtime.layout import Role
+from p2synth.hierarchies import Cell, Collective, Program, Request, Step
+from p2synth.runtime.backends import NumpyBackend
+from p2synth.runtime.executor import Buffers, Executor
+from p2synth.runtime.layout import Role
 from tests.runtime_support import placement_of
 world = MPI.COMM_WORLD
 pl = placement_of([("node", 2), ("core", 2)], [("data", 4)], [[2, 2]])
@@ -249,14 +249,14 @@ def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
 FAIL_ON_RANK_1 = """
 import sys
 from mpi4py import MPI
-import runtime.executor as ex
+import p2synth.runtime.executor as ex
 run = ex.CompiledProgram.run
 def failing(self):
     if MPI.COMM_WORLD.Get_rank() == 1:
         raise RuntimeError("injected failure on rank 1")
     run(self)
 ex.CompiledProgram.run = failing
-from runtime.bench import main
+from p2synth.runtime.bench import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -327,7 +327,7 @@ def test_cupy_backend_reports_unavailable(tmp_path):
     assert len(errors) == 1 and errors[0].startswith("error: cupy backend unavailable: ")
 
 
-NO_SOLVER = bench_once("sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); ")
+NO_SOLVER = bench_once("sys.modules.update(dict.fromkeys(['z3', 'p2synth.solver', 'p2synth.encodings'], None)); ")
 
 
 def test_the_runtime_needs_neither_z3_nor_the_solver(tmp_path):

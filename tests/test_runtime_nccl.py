@@ -16,9 +16,9 @@ import pytest
 from mpi4py import MPI
 
 import tests.fake_cupy as fake_cupy_module
-from hierarchies import Collective
-from runtime.backends import CupyBackend, NcclGroup
-from runtime.data import CHECK_DTYPE, DTYPE
+from p2synth.hierarchies import Collective
+from p2synth.runtime.backends import CupyBackend, NcclGroup
+from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 from scripts.gpu_check import DTYPES, PIECES, check_pipeline
 
 TYPES = {DTYPE: 7, CHECK_DTYPE: 5}

@@ -10,10 +10,10 @@ from itertools import groupby
 import numpy as np
 import pytest
 
-from hierarchies import Collective
-from runtime.backends import NumpyBackend
-from runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces, wavefront
-from runtime.layout import Role
+from p2synth.hierarchies import Collective
+from p2synth.runtime.backends import NumpyBackend
+from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces, wavefront
+from p2synth.runtime.layout import Role
 
 
 @pytest.mark.parametrize("pieces, steps", [(1, 1), (1, 3), (2, 1), (3, 2), (4, 3), (8, 5)])

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from hierarchies import Collective
-from hierarchies.plan_file import PlanFileError, load_plan_file, parse_plan_file
-from runtime.plan import select
-from hierarchies.cli import parse_size, parse_sizes
-from runtime.report import bus_factor
+from p2synth.hierarchies import Collective
+from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file, parse_plan_file
+from p2synth.runtime.plan import select
+from p2synth.hierarchies.cli import parse_size, parse_sizes
+from p2synth.runtime.report import bus_factor
 from tests.runtime_support import MPI_ENV, ROOT, all_programs, placement_of, plan_json, request_of, write_plan
 
 PL = placement_of([("node", 2), ("core", 4)], [("data", 8)], [[2, 4]])
@@ -91,7 +91,7 @@ def test_bus_factors_are_nccl_tests():
 
 def test_runtime_never_imports_z3():
     code = (
-        "import sys, runtime.bench, runtime.executor, runtime.backends, runtime.plan, scripts.bench_runtime; "
+        "import sys, p2synth.runtime.bench, p2synth.runtime.executor, p2synth.runtime.backends, p2synth.runtime.plan, scripts.bench_runtime; "
         "sys.exit('z3' in sys.modules)"
     )
     env = {**os.environ, **MPI_ENV}  # importing mpi4py.MPI initialises MPI: keep it quick

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from hierarchies import Collective, Hierarchy, Program, Step, default_program
-from hierarchies.cli import quote
-from hierarchies.plan_file import load_plan_file
+from p2synth.hierarchies import Collective, Hierarchy, Program, Step, default_program
+from p2synth.hierarchies.cli import quote
+from p2synth.hierarchies.plan_file import load_plan_file
 from tests.runtime_support import (
     MPI_ENV,
     ROOT,
@@ -44,7 +44,7 @@ def slowed(delays: str, key: str = "len(program.steps)", then: str = "") -> str:
         f"    c = orig(self, program, buffers, fault); d = delays.get({key}, 0)\n"
         "    return ex.CompiledProgram(c.calls + ((lambda: time.sleep(d)),), c.transposes) if d else c\n"
         "ex.Executor.compile = compile\n"
-        "from runtime.tune import main; status = main(sys.argv[1:])\n"
+        "from p2synth.runtime.tune import main; status = main(sys.argv[1:])\n"
         f"{then}\n"
         "sys.exit(status)\n"
     )
@@ -125,7 +125,7 @@ def test_tuner_measures_pipelined_programs_and_the_bench_runs_its_pick(tmp_path)
     plan = write_plan(tmp_path / "plan.json", SMALL, request, programs, 64 << 10)
     out, bench = tmp_path / "tuned.json", tmp_path / "bench.json"
     args = f"{out} --top 1 --bytes 64K --warmup 0 --iters 1 --repeats 1 --out {bench}"
-    then = f"import shlex; from mpi4py import MPI; from runtime.bench import main as bench; MPI.COMM_WORLD.Barrier(); status = status or bench(shlex.split({args!r}))"
+    then = f"import shlex; from mpi4py import MPI; from p2synth.runtime.bench import main as bench; MPI.COMM_WORLD.Barrier(); status = status or bench(shlex.split({args!r}))"
     job = run_mpi(4, ["-c", slowed("{1: 0.02}", "program.pipeline", then),
                       str(plan), "--out", str(out), "--top", "3", *QUICK], timeout=180)
     assert job.returncode == 0, job.stderr
@@ -183,11 +183,11 @@ def test_workload_plan_every_request_picked_and_placements_reranked(tmp_path):
 
 
 FAIL_ON_RANK_1 = (
-    "import sys; from mpi4py import MPI; import runtime.executor as ex\n"
+    "import sys; from mpi4py import MPI; import p2synth.runtime.executor as ex\n"
     "def run(self):\n"
     "    if MPI.COMM_WORLD.Get_rank() == 1: raise RuntimeError('injected failure on rank 1')\n"
     "ex.CompiledProgram.run = run\n"
-    "from runtime.tune import main; sys.exit(main(sys.argv[1:]))\n"
+    "from p2synth.runtime.tune import main; sys.exit(main(sys.argv[1:]))\n"
 )
 
 
@@ -199,7 +199,7 @@ def test_a_failing_rank_ends_the_job(tmp_path):
     assert time.monotonic() - start < 90 and not (tmp_path / "t.json").exists()
 
 
-EACH = ("import json, shlex, sys; from mpi4py import MPI; from runtime.tune import main; "
+EACH = ("import json, shlex, sys; from mpi4py import MPI; from p2synth.runtime.tune import main; "
         "codes = [main(shlex.split(a)) for a in sys.argv[1:]]; MPI.COMM_WORLD.Get_rank() == 0 and print(json.dumps(codes))")
 
 
@@ -228,8 +228,8 @@ def test_bad_arguments_give_one_line_and_exit_2(tmp_path):
         "error: the plan's hierarchy has 4 devices but the job has 2 ranks; run with -n 4"]
 
 
-NO_SOLVER = ("import sys; sys.modules.update(dict.fromkeys(['z3', 'solver', 'p2synth_encodings'], None)); "
-             "from runtime.tune import main; sys.exit(main(sys.argv[1:]))")
+NO_SOLVER = ("import sys; sys.modules.update(dict.fromkeys(['z3', 'p2synth.solver', 'p2synth.encodings'], None)); "
+             "from p2synth.runtime.tune import main; sys.exit(main(sys.argv[1:]))")
 
 
 def test_the_tuner_needs_neither_z3_nor_the_solver(tmp_path):
@@ -250,8 +250,8 @@ def test_the_tuner_needs_neither_z3_nor_the_solver(tmp_path):
 
 def test_a_level_whose_times_cannot_be_fitted_keeps_its_figures():
     """On a loaded machine the ping-pong times may not grow with size: the level is reported, not refitted."""
-    from hierarchies import Hierarchy, Level
-    from runtime.calibration import fitted_hierarchy
+    from p2synth.hierarchies import Hierarchy, Level
+    from p2synth.runtime.calibration import fitted_hierarchy
 
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1, latency_us=20), Level(name="core", count=2)))
     measured = {"level": "core", "pair": [0, 1], "fit": {"latency_us": 3.0, "bandwidth_GBps": 9.0}}

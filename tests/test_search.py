@@ -5,15 +5,15 @@ import math
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.program import Program, Step, default_program
-from hierarchies import abstract
-from solver import explicit
-from solver.cost import program_seconds, step_seconds
-from solver.models import cost_model
-from hierarchies.program import to_program
-from solver.search import solve
-from hierarchies.verify import Verifier, miniature
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.program import Program, Step, default_program
+from p2synth.hierarchies import abstract
+from p2synth.solver import explicit
+from p2synth.solver.cost import program_seconds, step_seconds
+from p2synth.solver.models import cost_model
+from p2synth.hierarchies.program import to_program
+from p2synth.solver.search import solve
+from p2synth.hierarchies.verify import Verifier, miniature
 from tests.strategies import placements, requests
 
 AR, RS, AG, R, B, A2A = Collective
@@ -129,7 +129,7 @@ def test_large_system_is_solved_and_verified_on_a_miniature():
 @given(_costed_case())
 def test_z3_alone_by_tightening_finds_the_dijkstra_optimum(case):
     # the fallback path for spaces too large for the explicit search: Z3 searches on its own
-    from p2synth_encodings.programs import ProgramSketch
+    from p2synth.encodings.programs import ProgramSketch
 
     p, req, size = case
     n = len(req.reduced_cells(p))

@@ -1,15 +1,15 @@
-"""The two semantics agree, the counts of DESIGN.md section 4 hold, and Z3 matches the explicit oracle."""
+"""The two semantics agree, the program counts of docs/semantics.md section 6 hold, and Z3 matches the explicit oracle."""
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from p2synth_encodings.programs import ProgramSketch
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies.program import Program, Step
-from hierarchies import abstract
-from hierarchies.concrete import ConcreteChecker, InvalidStep, check_program
-from hierarchies.program import to_program
+from p2synth.encodings.programs import ProgramSketch
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.program import Program, Step
+from p2synth.hierarchies import abstract
+from p2synth.hierarchies.concrete import ConcreteChecker, InvalidStep, check_program
+from p2synth.hierarchies.program import to_program
 from tests.strategies import placements, random_programs, requests
 
 AR, RS, AG, R, B, A2A = Collective

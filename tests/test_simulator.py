@@ -5,14 +5,14 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from hierarchies import abstract
-from solver import explicit
-from solver.cost import step_seconds
-from solver.search import solve
-from solver.cost import PY
-from solver.simulator import Simulator, open_mpi_linear_reduce_scatter
-from hierarchies.model import CollectiveLibrary
+from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies import abstract
+from p2synth.solver import explicit
+from p2synth.solver.cost import step_seconds
+from p2synth.solver.search import solve
+from p2synth.solver.cost import PY
+from p2synth.solver.simulator import Simulator, open_mpi_linear_reduce_scatter
+from p2synth.hierarchies.model import CollectiveLibrary
 
 AR, RS, AG, R, B, A2A = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
@@ -157,7 +157,7 @@ def test_open_mpi_han_runs_a_group_over_two_hosts_as_two_pipelined_stages():
 
 
 def test_the_host_level_is_the_level_named_for_a_machine_else_the_innermost_levels_parent():
-    from solver.simulator import host_level
+    from p2synth.solver.simulator import host_level
     levels = lambda *names: Hierarchy(levels=tuple(Level(name=n, count=2) for n in names))
     assert host_level(levels("pod", "rack", "node", "gpu")) == 2
     assert host_level(levels("rack", "host", "socket", "core")) == 1
@@ -197,8 +197,8 @@ def test_z3_minimises_the_coll_han_term_exactly():
     """Where coll/han runs the steps (Open MPI; node 2 x core 2, node 4 x core 2 and rack 2 x node 2 x core 2; below,
     at and above one 64 KiB segment): Z3's top 3 over the sketch cost what the explicit search's top 3 cost, and Z3's
     unsat proves that list."""
-    from p2synth_encodings.programs import ProgramSketch
-    from hierarchies.statespace import state_space
+    from p2synth.encodings.programs import ProgramSketch
+    from p2synth.hierarchies.statespace import state_space
     rack = Hierarchy(levels=(Level(name="rack", count=2, bandwidth_GBps=0.5, uplink_GBps=0.5, latency_us=30.0, duplex_efficiency=0.7),
                              Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
                              Level(name="core", count=2, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from hierarchies import abstract
-from hierarchies.program import Collective
-from hierarchies.statespace import state_space
+from p2synth.hierarchies import abstract
+from p2synth.hierarchies.program import Collective
+from p2synth.hierarchies.statespace import state_space
 
 
 def _reachable(collective, cells):
@@ -46,7 +46,7 @@ def test_every_state_has_the_same_steps_and_goal_as_the_abstract_semantics(colle
     (Collective.ALL_TO_ALL, 4, 4, 75),
 ])
 def test_paths_through_the_space_are_the_sanity_counts(collective, cells, steps, count):
-    """Counting paths from the start to a goal with at most `steps` steps gives DESIGN.md's program counts."""
+    """Counting paths from the start to a goal with at most `steps` steps gives the program counts of docs/semantics.md section 6."""
     import numpy as np
 
     space = state_space(collective, cells)

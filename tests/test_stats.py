@@ -2,7 +2,7 @@
 
 import pytest
 
-from runtime.stats import Interval, faster_beyond_noise, median_interval, pick, relative_spread, ties, within_noise
+from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval, pick, relative_spread, ties, within_noise
 
 
 def test_median_interval_order_statistics():

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from solver.spec import load_problem
-from solver.sweep import assignment, groups, work
+from p2synth.solver.spec import load_problem
+from p2synth.solver.sweep import assignment, groups, work
 from tests.runtime_support import ROOT, run_mpi
 
 # 8 placements of dp 8 x tp 2 x pp 2 on rack 2 x node 4 x gpu 4, in 5 groups of equal cost signatures

@@ -16,8 +16,8 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
-from hierarchies.model import CollectiveLibrary, Hierarchy
-from runtime.calibration import library_of
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.runtime.calibration import library_of
 from scripts.calibrate import LARGE, fit_alpha_beta, fitted_hierarchy, message_sizes
 from scripts.testbed.config import (
     PREFIX,

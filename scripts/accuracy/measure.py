@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from hierarchies.model import Hierarchy
-from hierarchies.program import default_program
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.program import default_program
 from scripts.accuracy.programs import (
     all_programs,
     make_request,

@@ -11,7 +11,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from runtime.stats import Interval, pick, within_noise
+from p2synth.runtime.stats import Interval, pick, within_noise
 
 
 def ranks(values: Sequence[float]) -> list[float]:

@@ -6,12 +6,12 @@ import itertools
 import random
 from dataclasses import replace
 
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Axis, Placement, enumerate_matrices
-from hierarchies.program import Collective, Program, Request
-from hierarchies.abstract import enumerate_programs
-from hierarchies.program import to_program
-from solver.models import program_cost
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement, enumerate_matrices
+from p2synth.hierarchies.program import Collective, Program, Request
+from p2synth.hierarchies.abstract import enumerate_programs
+from p2synth.hierarchies.program import to_program
+from p2synth.solver.models import program_cost
 
 
 def placements(h: Hierarchy, axes: tuple[tuple[str, int], ...]) -> list[Placement]:

@@ -20,9 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hierarchies import Axis, Hierarchy, Placement
-from hierarchies.cli import parse_size
-from hierarchies.program import Program
+from p2synth.hierarchies import Axis, Hierarchy, Placement
+from p2synth.hierarchies.cli import parse_size
+from p2synth.hierarchies.program import Program
 from scripts.accuracy.measure import combo_plan
 
 

@@ -14,12 +14,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hierarchies.model import Hierarchy
-from hierarchies.placement import Axis, Placement
-from hierarchies.program import Program
-from runtime.calibration import library_of
-from runtime.layout import plan_layout
-from runtime.stats import Interval, median_interval, relative_spread, ties
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement
+from p2synth.hierarchies.program import Program
+from p2synth.runtime.calibration import library_of
+from p2synth.runtime.layout import plan_layout
+from p2synth.runtime.stats import Interval, median_interval, relative_spread, ties
 from scripts.accuracy import metrics as M
 from scripts.accuracy.programs import make_request, predict
 

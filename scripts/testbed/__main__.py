@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from hierarchies.cli import ArgumentParser, UsageError
+from p2synth.hierarchies.cli import ArgumentParser, UsageError
 from scripts.testbed.config import (
     ConfigError,
     TestbedConfig,

@@ -16,8 +16,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hierarchies.cli import UsageError
-from hierarchies.model import Hierarchy, Level
+from p2synth.hierarchies.cli import UsageError
+from p2synth.hierarchies.model import Hierarchy, Level
 
 PREFIX = "p2s"  # every namespace and link this tool creates starts with it
 SUBNET = ipaddress.IPv4Network("10.231.0.0/24")  # used only inside the namespaces we create

@@ -11,10 +11,10 @@ generated code.
 
 from enum import Enum
 
-from hierarchies.plan_file import PlanFile
-from solver.exports.layout import ExportRequest
-from solver.exports.to_jax import export_jax
-from solver.exports.to_torch import export_torch
+from p2synth.hierarchies.plan_file import PlanFile
+from p2synth.solver.exports.layout import ExportRequest
+from p2synth.solver.exports.to_jax import export_jax
+from p2synth.solver.exports.to_torch import export_torch
 
 
 class ExportFormat(str, Enum):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, quote, write_text_atomic
-from hierarchies.plan_file import PlanFileError, load_plan_file
-from solver.exports import ExportFormat, export_placement
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, quote, write_text_atomic
+from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
+from p2synth.solver.exports import ExportFormat, export_placement
 
 
 def main(argv: list[str] | None = None) -> int:

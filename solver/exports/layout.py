@@ -1,7 +1,7 @@
 """What the framework exports share: mesh dimensions, request names and buffer layouts.
 
 A placement becomes a device mesh whose dimensions are its cells in the order
-of the device digits (DESIGN.md section 2): levels outermost first and, within
+of the device digits (docs/semantics.md section 1): levels outermost first and, within
 a level, axes in declared order. Device rank ``r`` then sits at the mesh
 coordinate whose row-major index is ``r``, which is how
 ``torch.distributed.device_mesh.init_device_mesh`` and a reshaped
@@ -31,9 +31,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from hierarchies.placement import Cell, Placement
-from hierarchies.program import Collective, Program, Request
-from hierarchies.abstract import is_goal, run
+from p2synth.hierarchies.placement import Cell, Placement
+from p2synth.hierarchies.program import Collective, Program, Request
+from p2synth.hierarchies.abstract import is_goal, run
 
 
 class ExportRequest(NamedTuple):

@@ -17,9 +17,9 @@ others add zeros). The generated helpers say so.
 
 from __future__ import annotations
 
-from hierarchies.placement import Placement
-from hierarchies.program import Collective
-from solver.exports.layout import (
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Collective
+from p2synth.solver.exports.layout import (
     ExportRequest,
     ModulePlan,
     RequestLayout,

@@ -1,0 +1,59 @@
+"""The ``p2synth`` console command: one subcommand per tool, each the same program as its ``python -m`` form.
+
+    p2synth solve SPEC ...          python -m solver.run SPEC ...
+    p2synth export PLAN ...         python -m solver.exports PLAN ...
+    mpiexec -n N p2synth bench PLAN ...   mpiexec -n N python -m runtime.bench PLAN ...
+    mpiexec -n N p2synth tune PLAN ...    mpiexec -n N python -m runtime.tune PLAN ...
+
+The ``python -m`` forms work from a checkout of the repository; the command
+works wherever the package is installed. A subcommand's module is imported
+only when it is chosen, so ``p2synth bench`` and ``p2synth tune`` never load
+Z3 or the solver (the runtime's rule), and ``p2synth solve`` never loads MPI
+unless the sweep runs under ``mpiexec``. Exit codes are the subcommand's; 2
+for an unknown or missing subcommand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from enum import Enum
+
+from p2synth.hierarchies.cli import EXIT_USAGE, invoked_as
+
+
+class Subcommand(str, Enum):
+    """The tools the command runs, by name; the value is the module whose ``main(argv)`` runs it."""
+
+    SOLVE = "p2synth.solver.run"
+    EXPORT = "p2synth.solver.exports.__main__"
+    BENCH = "p2synth.runtime.bench"
+    TUNE = "p2synth.runtime.tune"
+
+    @property
+    def label(self) -> str:
+        """The subcommand as typed: ``solve``, ``export``, ..."""
+        return self.name.lower()
+
+
+USAGE = "usage: p2synth {" + "|".join(c.label for c in Subcommand) + "} ARGS...   (p2synth SUBCOMMAND --help for its options)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``p2synth SUBCOMMAND ARGS...``; returns the subcommand's exit code (2 for a bad subcommand)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stdout if args else sys.stderr)
+        return 0 if args else EXIT_USAGE
+    chosen = {c.label: c for c in Subcommand}.get(args[0])
+    if chosen is None:
+        print(f"error: unknown subcommand {args[0]!r}; choose one of {', '.join(c.label for c in Subcommand)}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    invoked_as(f"p2synth {chosen.label}")
+    module = importlib.import_module(chosen.value)
+    return module.main(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
