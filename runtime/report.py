@@ -1,6 +1,6 @@
 """Message sizes in, results out: size parsing, nccl-tests bandwidths, the table and the JSON.
 
-Bandwidths follow nccl-tests (doc/PERFORMANCE.md): ``algbw = S / t`` with
+Bandwidths follow nccl-tests (its performance notes, ``NVIDIA/nccl-tests:doc/PERFORMANCE.md``): ``algbw = S / t`` with
 ``S`` the message size (the full gathered/scattered buffer for all_gather
 and reduce_scatter), GB = 1e9 bytes; ``busbw = algbw * factor(n)`` with the
 factor of the *requested* collective and ``n`` the reduction group size:

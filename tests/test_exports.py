@@ -1,4 +1,4 @@
-"""Tests of the PyTorch and JAX exports (solver/exports.py).
+"""Tests of the PyTorch and JAX exports (solver/exports/).
 
 Framework-free tests check the generated source (mesh order against
 Placement.digits, imports, names, rejected programs) and simulate every

@@ -108,7 +108,7 @@ def test_namespace_ownership_is_exact_per_instance():
     assert state_path("") != state_path("t1")
 
 
-def test_launcher_command_has_the_flags_the_feasibility_notes_require(tmp_path):
+def test_launcher_command_has_the_flags_docs_testbed_lists(tmp_path):
     cfg = TestbedConfig(nodes=2, ranks_per_node=3, inter_node_bps=10**9, instance="x")
     state = {"status": "up", "config": cfg.to_dict(), "nodes": cfg.node_table()}
     argv = mpirun_argv(state, ["python", "-c", "pass"], tmp_path / "agent", tmp_path / "hosts", "/w")
