@@ -23,7 +23,7 @@ listed program takes there (2, with 1 bounding the rest). So ``cost(P) >= c``.
 The steps "valid in s" are the state space's (``hierarchies/statespace.py``),
 which a Z3 proof shows to be exactly the sketch's
 (``p2synth.encodings.programs.prove_step_semantics``), and the step costs are the
-cost model's, evaluated by ``solver.explicit.edge_costs``.
+cost model's, evaluated by ``solver.stepcosts.edge_costs``.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import numpy as np
 from p2synth.hierarchies.program import RawProgram
 from p2synth.hierarchies.statespace import StateSpace
 from p2synth.solver.cost import PY, pipelined_seconds
-from p2synth.solver.explicit import (BRACKET_SLACK, EdgeCosts, PieceTraffic, PipelineTables, Successors, WholeTraffic, one_table,
-                             successors_by_state,
-                             traffic_floor, windows)
+from p2synth.solver.costtogo import PieceTraffic, Successors, one_table, successors_by_state
+from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, traffic_floor, windows
+from p2synth.solver.stepcosts import EdgeCosts
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
 _SLACK = 1e-12    # float rounding between the table and the sums it bounds
@@ -85,7 +85,7 @@ def _check_table(space: StateSpace, table: np.ndarray, values: np.ndarray, combi
                  name: str) -> None:
     """``table[r][..., s] <= 0`` at a goal, and ``table[r][..., s] <= combine(value, table[r-1][..., s'])`` (within
     `slack`) for every row (step s -> s') of every state: the inequalities the backward dynamic programming of
-    ``solver.explicit`` meets, checked on their own. CertificateError naming the first that fails."""
+    ``solver.costtogo`` meets, checked on their own. CertificateError naming the first that fails."""
     for r in range(table.shape[0]):
         if (table[r][..., space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive {name} bound with {r} steps left")
@@ -183,7 +183,7 @@ def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = Non
 
 
 def _check_traffic_table(space: StateSpace, t: np.ndarray, traffic: np.ndarray, rows: Successors) -> None:
-    """The traffic table's inequalities; one table for every step count (:func:`solver.explicit.one_table`: every
+    """The traffic table's inequalities; one table for every step count (:func:`solver.costtogo.one_table`: every
     ``t[r]`` is the same memory) is checked once, with one step left and none: ``t <= 0`` at a goal and
     ``t[l][s] <= traffic_l(e) + t[l][s']`` for every step make it a floor on the traffic of a completion of any
     length (by induction on its steps), so of one within any number of steps."""
@@ -205,7 +205,7 @@ def _same_table(a: np.ndarray, b: np.ndarray) -> bool:
 def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequence[PipelineTables],
                         searched: Sequence[tuple[Sequence[tuple[int, ...]], dict[RawProgram, float]]], threshold: float,
                         checked: tuple[EdgeCosts, np.ndarray] | None = None) -> None:
-    """Check a branch and bound over several piece counts (``solver.explicit.cheapest_pipelined_all``): per piece
+    """Check a branch and bound over several piece counts (``solver.pipelined.cheapest_pipelined_all``): per piece
     count in `tables` (ascending), its (expanded tree, programs found) in `searched`, as :func:`check_pipelined`
     does; CertificateError naming the piece count otherwise.
 

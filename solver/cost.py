@@ -369,7 +369,7 @@ class AlphaBeta:
     latency and carries ``1/pieces`` of each level's traffic: its time is
     ``latency + slowest(traffic) / pieces`` with the whole message's
     :meth:`split`, so the search evaluates the model once for every piece
-    count (``solver.explicit.SplitCosts``).
+    count (``solver.stepcosts.SplitCosts``).
     """
 
     placement: Placement

@@ -14,12 +14,15 @@ from p2synth.hierarchies import statespace
 from p2synth.hierarchies.statespace import state_space
 from p2synth.encodings import programs as sketches
 from p2synth.encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
-from p2synth.solver import certificate, explicit
+from p2synth.solver import certificate
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import step_seconds
-from p2synth.solver.explicit import cheapest_programs, cost_to_go, edge_costs, step_cases
+from p2synth.solver.costtogo import cost_to_go
+from p2synth.solver.stepcosts import edge_costs, step_cases
+from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.models import CostModelKind, cost_model, cost_signature
 from p2synth.solver.search import Proof, solve
+from tests import oracles
 from tests.strategies import placements, requests
 
 AR, RS, AG, R, B, A2A = Collective
@@ -68,7 +71,7 @@ def test_explicit_top_n_is_z3s_top_n_and_z3_proves_it(case, K, top):
     assert [round(r.cost, 9) for r in z3_top] == [round(c, 9) for c, _ in found[:len(z3_top)]]
     ranked, proved = ProgramSketch(req.collective, n, K, model.step_time).prove_top(listed)
     assert proved and all(math.isclose(r.cost, c, rel_tol=1e-6) for r, (c, _) in zip(ranked, found))
-    oracle = explicit.cheapest(req.collective, n, K, lambda s, op, S: step_seconds(model, s, op, S, n))
+    oracle = oracles.cheapest(req.collective, n, K, lambda s, op, S: step_seconds(model, s, op, S, n))
     assert oracle is not None and math.isclose(oracle[0], found[0][0], rel_tol=1e-9)
 
 

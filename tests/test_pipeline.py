@@ -15,10 +15,13 @@ from p2synth.hierarchies.statespace import state_space
 from p2synth.solver import certificate, search
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
-from p2synth.solver.explicit import (Candidates, bracketed_tables, split_costs, cheapest_pipelined, cheapest_pipelined_all,
-                             cost_to_go, edge_costs, pipeline_tables, successors_by_state, traffic_to_go, whole_traffic)
+from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
 from p2synth.solver.models import CostModelKind, cost_model
+from p2synth.solver.pipelined import (bracketed_tables, cheapest_pipelined, cheapest_pipelined_all, pipeline_tables,
+                                      whole_traffic)
 from p2synth.solver.search import Proof, solve
+from p2synth.solver.stepcosts import edge_costs, split_costs
+from p2synth.solver.topn import Candidates
 from tests.test_certificate import cases
 
 AR, RS, AG, R, B, A2A = Collective
@@ -141,7 +144,7 @@ def test_the_traffic_table_is_one_fixed_point_and_the_certificate_checks_it_once
     """traffic_to_go returns one table for every step count: the least traffic of a completion of any length, at or
     below the per-step-count table of every r and equal to it once r is large; the certificate accepts it, and refuses
     it raised anywhere (one table: every r at once)."""
-    from p2synth.solver.explicit import _backward, one_table
+    from p2synth.solver.costtogo import _backward, one_table
 
     costs, h, t, expanded, found, nth = _pipelined_search()
     rows = successors_by_state(costs)
@@ -231,7 +234,7 @@ def test_cli_timeline_writes_a_png_and_refuses_without_matplotlib(tmp_path):
 @SLOW
 @given(cases(max_cells=4), st.sampled_from([2, 4, 8, 16]))
 def test_traffic_on_a_piece_is_the_whole_buffers_over_the_pieces(case, pieces):
-    """What ``solver.explicit.WholeTraffic`` relies on, for both cost models: a step's per-level traffic at 1/P of
+    """What ``solver.pipelined.WholeTraffic`` relies on, for both cost models: a step's per-level traffic at 1/P of
     the message is its traffic at the whole message over P (to rounding), in every case of the state space."""
     p, req, size, kind = case
     space = state_space(req.collective, len(req.reduced_cells(p)))
@@ -243,7 +246,7 @@ def test_traffic_on_a_piece_is_the_whole_buffers_over_the_pieces(case, pieces):
 @SLOW
 @given(cases(max_cells=4), st.sampled_from([1, 2, 3, 4, 8, 16]))
 def test_split_costs_are_the_models_own_at_every_piece_count(case, pieces):
-    """Alpha-beta's one evaluation (``solver.explicit.SplitCosts``) gives, bit for bit, the step costs of the model
+    """Alpha-beta's one evaluation (``solver.stepcosts.SplitCosts``) gives, bit for bit, the step costs of the model
     evaluated at each piece count and the whole message's traffic; the simulator does not split (exact tables)."""
     p, req, size, kind = case
     space = state_space(req.collective, len(req.reduced_cells(p)))
