@@ -4,7 +4,7 @@
 programs of every piece count at once, with the cost-to-go and traffic-to-go
 tables of each piece count (:class:`PipelineTables`) as its bounds; the
 partial programs it expands are the certificate
-``solver.certificate.check_pipelined_all`` checks. Traffic is linear in the bytes
+``solver.pipelined_certificate.check_pipelined_all`` checks. Traffic is linear in the bytes
 a step moves, so one evaluation on the whole buffer (:class:`WholeTraffic`)
 serves every piece count; under alpha-beta the cost-to-go of a piece count
 can be bounded from the exact tables at one piece and at the most pieces
@@ -170,7 +170,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     level's traffic so far plus its least traffic to come (`t`) spread over the
     windows of `pieces` steps a program needs (:func:`windows`). Returns, per table, the partial programs it
     expanded (step indices into the state space's steps): with the final bound,
-    the certificate ``solver.certificate.check_pipelined`` checks; and the
+    the certificate ``solver.pipelined_certificate.check_pipelined`` checks; and the
     programs it found with their costs on that many pieces.
     """
     deadline = deadline or Deadline(None)

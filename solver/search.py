@@ -34,8 +34,9 @@ from p2synth.hierarchies.statespace import state_space, statuses
 from p2synth.hierarchies.verify import verifier
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
-from p2synth.encodings.programs import PieceCosts, ProgramSketch, SemanticsMismatch, prove_step_semantics
-from p2synth.solver import certificate
+from p2synth.encodings.programs import PieceCosts, ProgramSketch
+from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semantics
+from p2synth.solver import certificate, pipelined_certificate
 from p2synth.solver.cost import CostModel, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state
 from p2synth.solver.models import CostModelKind, CostSignature, cost_model, cost_signature
@@ -291,7 +292,7 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
     tables.append(top)
     searched = cheapest_pipelined_all(tables, candidates, deadline)
     try:
-        certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential)
+        pipelined_certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential)
     except certificate.CertificateError as e:
         raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
 

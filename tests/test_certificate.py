@@ -12,8 +12,9 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, R
 from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies import statespace
 from p2synth.hierarchies.statespace import state_space
-from p2synth.encodings import programs as sketches
-from p2synth.encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
+from p2synth.encodings import stepsemantics
+from p2synth.encodings.programs import ProgramSketch
+from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semantics
 from p2synth.solver import certificate
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import step_seconds
@@ -208,13 +209,13 @@ def test_a_wrong_move_table_is_caught(monkeypatch):
         return tuple(statespace.Move(m.op, m.source, statespace.Status.SUMMED) if m.op is RS else m
                      for m in statespace.moves(collective))
 
-    monkeypatch.setattr(sketches, "moves", wrong)
+    monkeypatch.setattr(stepsemantics, "moves", wrong)
     with pytest.raises(SemanticsMismatch):
         prove_step_semantics.__wrapped__(RS, 2)
 
 
 def test_a_wrong_sketch_is_caught(monkeypatch):
-    real = sketches._cell_transition
+    real = stepsemantics._cell_transition
 
     def lax(exchange, op, used, s, before, after):  # all_reduce no longer needs untouched cells
         import z3
@@ -224,6 +225,6 @@ def test_a_wrong_sketch_is_caught(monkeypatch):
         return z3.Or(real(exchange, op, used, s, before, after),
                      z3.And(op[AR], s, x, x1, y1 == y, z1 == z, p1 == p))
 
-    monkeypatch.setattr(sketches, "_cell_transition", lax)
+    monkeypatch.setattr(stepsemantics, "_cell_transition", lax)
     with pytest.raises(SemanticsMismatch):
         prove_step_semantics.__wrapped__(AR, 2)

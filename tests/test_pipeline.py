@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.statespace import state_space
-from p2synth.solver import certificate, search
+from p2synth.solver import certificate, pipelined_certificate, search
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
@@ -109,7 +109,7 @@ def _pipelined_search(pieces=4, top=5):
 def test_the_pipelined_certificate_accepts_the_search():
     costs, h, t, expanded, found, nth = _pipelined_search()
     assert len(found) >= 5 and () in expanded
-    certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
+    pipelined_certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
 
 
 @pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "cost-to-go-too-high", "traffic-too-high", "wrong-cost",
@@ -137,7 +137,7 @@ def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
     else:
         found = {**found, cheapest: found[cheapest] * 0.9}
     with pytest.raises(CertificateError):
-        certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
+        pipelined_certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
 
 
 def test_the_traffic_table_is_one_fixed_point_and_the_certificate_checks_it_once():
@@ -307,7 +307,7 @@ def _tables(pieces=(2, 4, 16)):
 
 
 def test_the_certificate_accepts_bracketed_tables():
-    certificate.check_pipelined_all(*_tables())
+    pipelined_certificate.check_pipelined_all(*_tables())
 
 
 @pytest.mark.parametrize("fault", ["chord-too-high", "cost-below-chord", "traffic-not-scaled",
@@ -327,7 +327,7 @@ def test_the_certificate_refuses_wrong_bracketed_tables(fault):
     else:
         tables[-1] = dataclasses.replace(tables[-1], bracketed=True)
     with pytest.raises(CertificateError):
-        certificate.check_pipelined_all(whole, one, tables, searched, nth)
+        pipelined_certificate.check_pipelined_all(whole, one, tables, searched, nth)
 
 
 def test_a_model_not_affine_in_the_piece_size_gets_exact_tables():
