@@ -12,8 +12,9 @@ exchange, so no all_to_all step applies to it. Validity depends only on which
 cells exist, never on their sizes.
 
 Besides the semantics this module enumerates every program within a bound and
-counts them exactly; the explicit cost searches that are the Z3 encoding's
-oracles live in ``solver/explicit.py``.
+counts them exactly; the explicit cost searches the Z3 encoding is held to
+live in ``solver/topn.py`` and ``solver/pipelined.py``, the tests' Dijkstra
+oracle in ``tests/oracles.py``.
 """
 
 from __future__ import annotations

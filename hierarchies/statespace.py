@@ -7,7 +7,7 @@ Here a state is the mixed-radix number of its cells' statuses (cell 0 least
 significant, radix = the number of statuses the collective uses), so the whole
 space of ``C`` cells is ``radix ** C`` integers and one step is, for every state
 it applies to, the same index offset. That lets the explicit search and its
-certificate check (``solver/explicit.py``, ``solver/certificate.py``) treat all
+certificate check (``solver/topn.py``, ``solver/certificate.py``) treat all
 states at once with numpy instead of one Python object each.
 
 Validity still depends only on which cells exist: a StateSpace depends on the

@@ -8,6 +8,10 @@ the synthesizer minimises exactly the cost that the report prints.
 
 Every term is a product of per-cell factors chosen by booleans, applied one at
 a time to a running value, so the symbolic form stays in linear real arithmetic.
+
+It stays one module: the algebras, the alpha-beta terms and the pipeline
+formulas are the one definition of a step's cost that Z3, the vectorized search
+and the simulator must all evaluate alike, and every part is read with the rest.
 """
 
 from __future__ import annotations
@@ -369,7 +373,7 @@ class AlphaBeta:
     latency and carries ``1/pieces`` of each level's traffic: its time is
     ``latency + slowest(traffic) / pieces`` with the whole message's
     :meth:`split`, so the search evaluates the model once for every piece
-    count (``solver.explicit.SplitCosts``).
+    count (``solver.stepcosts.SplitCosts``).
     """
 
     placement: Placement

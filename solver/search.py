@@ -8,8 +8,9 @@ the level it depends on and shared (a :class:`Memo` holds it across placements):
   reduced cells;
 * the ranking and its proof depend on the :class:`~solver.models.CostSignature`
   (hierarchy, reduced cells' levels and factors, size, cost model): the explicit
-  search (``solver/explicit.py``) finds the cheapest programs and the cost-to-go
-  table that ``solver/certificate.py`` checks as the proof that nothing else is
+  search (``solver/topn.py``, over the step costs of ``solver/stepcosts.py``)
+  finds the cheapest programs and the cost-to-go table (``solver/costtogo.py``)
+  that ``solver/certificate.py`` checks as the proof that nothing else is
   cheaper; with ``Proof.Z3`` Z3 also proves it on its own (one unsat over the
   whole sketch, as before the certificate existed; much slower);
 * the concrete check of a program (``hierarchies.verify``) depends on the
@@ -33,23 +34,15 @@ from p2synth.hierarchies.statespace import state_space, statuses
 from p2synth.hierarchies.verify import verifier
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
-from p2synth.encodings.programs import PieceCosts, ProgramSketch, SemanticsMismatch, prove_step_semantics
-from p2synth.solver import certificate
+from p2synth.encodings.programs import PieceCosts, ProgramSketch
+from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semantics
+from p2synth.solver import certificate, pipelined_certificate
 from p2synth.solver.cost import CostModel, pipelined_seconds, raw_program_cost
-from p2synth.solver.explicit import (
-    Candidates,
-    bracketed_tables,
-    cheapest_pipelined_all,
-    cheapest_programs,
-    cost_to_go,
-    edge_costs,
-    pipeline_tables,
-    split_costs,
-    successors_by_state,
-    tie_key,
-    whole_traffic,
-)
+from p2synth.solver.costtogo import cost_to_go, successors_by_state
 from p2synth.solver.models import CostModelKind, CostSignature, cost_model, cost_signature
+from p2synth.solver.pipelined import bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
+from p2synth.solver.stepcosts import edge_costs, split_costs
+from p2synth.solver.topn import Candidates, cheapest_programs, tie_key
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000
@@ -247,7 +240,7 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
 
 def _step_costs(space, models, deadline: Deadline):
     """``costs_of(P)``: the step costs on one of ``P`` pieces (``EdgeCosts``, built once per P); and the whole
-    message's per-case traffic where the model splits (``solver.explicit.SplitCosts``: one evaluation serves every
+    message's per-case traffic where the model splits (``solver.stepcosts.SplitCosts``: one evaluation serves every
     piece count), else None."""
     split = split_costs(space, models(1), deadline)
     built = {}
@@ -283,7 +276,7 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
     traffic `loads` with them, or None to evaluate it). Exact tables at one
     piece (`sequential`: the sequential search's costs and cost-to-go,
     reused) and at the most pieces; the piece counts between get bracketed
-    tables (``solver.explicit.bracketed_tables``) where the cost model
+    tables (``solver.pipelined.bracketed_tables``) where the cost model
     allows, exact ones otherwise.
     """
     if not pieces:
@@ -299,7 +292,7 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
     tables.append(top)
     searched = cheapest_pipelined_all(tables, candidates, deadline)
     try:
-        certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential)
+        pipelined_certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential)
     except certificate.CertificateError as e:
         raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
 

@@ -12,14 +12,18 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, R
 from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies import statespace
 from p2synth.hierarchies.statespace import state_space
-from p2synth.encodings import programs as sketches
-from p2synth.encodings.programs import ProgramSketch, SemanticsMismatch, prove_step_semantics
-from p2synth.solver import certificate, explicit
+from p2synth.encodings import stepsemantics
+from p2synth.encodings.programs import ProgramSketch
+from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semantics
+from p2synth.solver import certificate
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import step_seconds
-from p2synth.solver.explicit import cheapest_programs, cost_to_go, edge_costs, step_cases
+from p2synth.solver.costtogo import cost_to_go
+from p2synth.solver.stepcosts import edge_costs, step_cases
+from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.models import CostModelKind, cost_model, cost_signature
 from p2synth.solver.search import Proof, solve
+from tests import oracles
 from tests.strategies import placements, requests
 
 AR, RS, AG, R, B, A2A = Collective
@@ -68,7 +72,7 @@ def test_explicit_top_n_is_z3s_top_n_and_z3_proves_it(case, K, top):
     assert [round(r.cost, 9) for r in z3_top] == [round(c, 9) for c, _ in found[:len(z3_top)]]
     ranked, proved = ProgramSketch(req.collective, n, K, model.step_time).prove_top(listed)
     assert proved and all(math.isclose(r.cost, c, rel_tol=1e-6) for r, (c, _) in zip(ranked, found))
-    oracle = explicit.cheapest(req.collective, n, K, lambda s, op, S: step_seconds(model, s, op, S, n))
+    oracle = oracles.cheapest(req.collective, n, K, lambda s, op, S: step_seconds(model, s, op, S, n))
     assert oracle is not None and math.isclose(oracle[0], found[0][0], rel_tol=1e-9)
 
 
@@ -205,13 +209,13 @@ def test_a_wrong_move_table_is_caught(monkeypatch):
         return tuple(statespace.Move(m.op, m.source, statespace.Status.SUMMED) if m.op is RS else m
                      for m in statespace.moves(collective))
 
-    monkeypatch.setattr(sketches, "moves", wrong)
+    monkeypatch.setattr(stepsemantics, "moves", wrong)
     with pytest.raises(SemanticsMismatch):
         prove_step_semantics.__wrapped__(RS, 2)
 
 
 def test_a_wrong_sketch_is_caught(monkeypatch):
-    real = sketches._cell_transition
+    real = stepsemantics._cell_transition
 
     def lax(exchange, op, used, s, before, after):  # all_reduce no longer needs untouched cells
         import z3
@@ -221,6 +225,6 @@ def test_a_wrong_sketch_is_caught(monkeypatch):
         return z3.Or(real(exchange, op, used, s, before, after),
                      z3.And(op[AR], s, x, x1, y1 == y, z1 == z, p1 == p))
 
-    monkeypatch.setattr(sketches, "_cell_transition", lax)
+    monkeypatch.setattr(stepsemantics, "_cell_transition", lax)
     with pytest.raises(SemanticsMismatch):
         prove_step_semantics.__wrapped__(AR, 2)

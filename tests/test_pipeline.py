@@ -12,13 +12,16 @@ from hypothesis import strategies as st
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.statespace import state_space
-from p2synth.solver import certificate, search
+from p2synth.solver import certificate, pipelined_certificate, search
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
-from p2synth.solver.explicit import (Candidates, bracketed_tables, split_costs, cheapest_pipelined, cheapest_pipelined_all,
-                             cost_to_go, edge_costs, pipeline_tables, successors_by_state, traffic_to_go, whole_traffic)
+from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
 from p2synth.solver.models import CostModelKind, cost_model
+from p2synth.solver.pipelined import (bracketed_tables, cheapest_pipelined, cheapest_pipelined_all, pipeline_tables,
+                                      whole_traffic)
 from p2synth.solver.search import Proof, solve
+from p2synth.solver.stepcosts import edge_costs, split_costs
+from p2synth.solver.topn import Candidates
 from tests.test_certificate import cases
 
 AR, RS, AG, R, B, A2A = Collective
@@ -106,7 +109,7 @@ def _pipelined_search(pieces=4, top=5):
 def test_the_pipelined_certificate_accepts_the_search():
     costs, h, t, expanded, found, nth = _pipelined_search()
     assert len(found) >= 5 and () in expanded
-    certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
+    pipelined_certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
 
 
 @pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "cost-to-go-too-high", "traffic-too-high", "wrong-cost",
@@ -134,14 +137,14 @@ def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
     else:
         found = {**found, cheapest: found[cheapest] * 0.9}
     with pytest.raises(CertificateError):
-        certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
+        pipelined_certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
 
 
 def test_the_traffic_table_is_one_fixed_point_and_the_certificate_checks_it_once():
     """traffic_to_go returns one table for every step count: the least traffic of a completion of any length, at or
     below the per-step-count table of every r and equal to it once r is large; the certificate accepts it, and refuses
     it raised anywhere (one table: every r at once)."""
-    from p2synth.solver.explicit import _backward, one_table
+    from p2synth.solver.costtogo import _backward, one_table
 
     costs, h, t, expanded, found, nth = _pipelined_search()
     rows = successors_by_state(costs)
@@ -231,7 +234,7 @@ def test_cli_timeline_writes_a_png_and_refuses_without_matplotlib(tmp_path):
 @SLOW
 @given(cases(max_cells=4), st.sampled_from([2, 4, 8, 16]))
 def test_traffic_on_a_piece_is_the_whole_buffers_over_the_pieces(case, pieces):
-    """What ``solver.explicit.WholeTraffic`` relies on, for both cost models: a step's per-level traffic at 1/P of
+    """What ``solver.pipelined.WholeTraffic`` relies on, for both cost models: a step's per-level traffic at 1/P of
     the message is its traffic at the whole message over P (to rounding), in every case of the state space."""
     p, req, size, kind = case
     space = state_space(req.collective, len(req.reduced_cells(p)))
@@ -243,7 +246,7 @@ def test_traffic_on_a_piece_is_the_whole_buffers_over_the_pieces(case, pieces):
 @SLOW
 @given(cases(max_cells=4), st.sampled_from([1, 2, 3, 4, 8, 16]))
 def test_split_costs_are_the_models_own_at_every_piece_count(case, pieces):
-    """Alpha-beta's one evaluation (``solver.explicit.SplitCosts``) gives, bit for bit, the step costs of the model
+    """Alpha-beta's one evaluation (``solver.stepcosts.SplitCosts``) gives, bit for bit, the step costs of the model
     evaluated at each piece count and the whole message's traffic; the simulator does not split (exact tables)."""
     p, req, size, kind = case
     space = state_space(req.collective, len(req.reduced_cells(p)))
@@ -304,7 +307,7 @@ def _tables(pieces=(2, 4, 16)):
 
 
 def test_the_certificate_accepts_bracketed_tables():
-    certificate.check_pipelined_all(*_tables())
+    pipelined_certificate.check_pipelined_all(*_tables())
 
 
 @pytest.mark.parametrize("fault", ["chord-too-high", "cost-below-chord", "traffic-not-scaled",
@@ -324,7 +327,7 @@ def test_the_certificate_refuses_wrong_bracketed_tables(fault):
     else:
         tables[-1] = dataclasses.replace(tables[-1], bracketed=True)
     with pytest.raises(CertificateError):
-        certificate.check_pipelined_all(whole, one, tables, searched, nth)
+        pipelined_certificate.check_pipelined_all(whole, one, tables, searched, nth)
 
 
 def test_a_model_not_affine_in_the_piece_size_gets_exact_tables():

@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.program import Program, Step, default_program
 from p2synth.hierarchies import abstract
-from p2synth.solver import explicit
 from p2synth.solver.cost import program_seconds, step_seconds
 from p2synth.solver.models import cost_model
 from p2synth.hierarchies.program import to_program
 from p2synth.solver.search import solve
 from p2synth.hierarchies.verify import Verifier, miniature
+from tests import oracles
 from tests.strategies import placements, requests
 
 AR, RS, AG, R, B, A2A = Collective
@@ -46,7 +46,7 @@ def test_z3_optimum_equals_dijkstra_optimum(case):
     assume(1 <= n <= 4)
     steps = 3
     model = cost_model(p, req, size)
-    oracle = explicit.cheapest(req.collective, n, steps, lambda s, op, S: step_seconds(model, s, op, S, n))
+    oracle = oracles.cheapest(req.collective, n, steps, lambda s, op, S: step_seconds(model, s, op, S, n))
     sol = solve(p, req, size, steps, top=1)
     assert sol.optimal and oracle is not None
     assert math.isclose(sol.best.cost_s, oracle[0], rel_tol=1e-9)
@@ -135,7 +135,7 @@ def test_z3_alone_by_tightening_finds_the_dijkstra_optimum(case):
     n = len(req.reduced_cells(p))
     assume(1 <= n <= 3)
     model = cost_model(p, req, size)
-    oracle = explicit.cheapest(req.collective, n, 3, lambda s, op, S: step_seconds(model, s, op, S, n))
+    oracle = oracles.cheapest(req.collective, n, 3, lambda s, op, S: step_seconds(model, s, op, S, n))
     (best,) = ProgramSketch(req.collective, n, 3, model.step_time).top(1)
     assert best.proved and math.isclose(best.cost, oracle[0], rel_tol=1e-9)
     raw_cost = sum(program_seconds(model, p, req, to_program(best.program, p, req)))

@@ -7,12 +7,15 @@ from hypothesis import strategies as st
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies import abstract
-from p2synth.solver import explicit
+from p2synth.solver.costtogo import cost_to_go
 from p2synth.solver.cost import step_seconds
 from p2synth.solver.search import solve
+from p2synth.solver.stepcosts import edge_costs
+from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
 from p2synth.solver.simulator import Simulator, open_mpi_linear_reduce_scatter
 from p2synth.hierarchies.model import CollectiveLibrary
+from tests import oracles
 
 AR, RS, AG, R, B, A2A = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
@@ -208,8 +211,8 @@ def test_z3_minimises_the_coll_han_term_exactly():
     for p, op, m in cases:
         n = len(Request(frozenset({0}), op).reduced_cells(p))
         model = Simulator(p, Request(frozenset({0}), op), m)
-        costs = explicit.edge_costs(state_space(op, n), model)
-        found = explicit.cheapest_programs(costs, explicit.cost_to_go(costs, 3), 3)
+        costs = edge_costs(state_space(op, n), model)
+        found = cheapest_programs(costs, cost_to_go(costs, 3), 3)
         z3_top = ProgramSketch(op, n, 3, model.step_time).top(3)
         assert [round(r.cost, 12) for r in z3_top] == [round(c, 12) for c, _ in found[:len(z3_top)]], (p, op, m)
         ranked, proved = ProgramSketch(op, n, 3, model.step_time).prove_top([prog for _, prog in found])
@@ -248,7 +251,7 @@ def test_z3_minimises_the_simulator_exactly(data):
     size = data.draw(st.sampled_from([1 << 12, 1 << 20, 1 << 26]))
     req = Request(frozenset({0}), col)
     sim = Simulator(p, req, size)
-    oracle = explicit.cheapest(col, 2, 3, lambda s, op, S: step_seconds(sim, s, op, S, 2))
+    oracle = oracles.cheapest(col, 2, 3, lambda s, op, S: step_seconds(sim, s, op, S, 2))
     sol = solve(p, req, size, 3, top=1, model_kind="simulator")
     assert sol.optimal and math.isclose(sol.best.cost_s, oracle[0], rel_tol=1e-9)
 

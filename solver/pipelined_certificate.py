@@ -1,0 +1,239 @@
+"""Check the certificate of the pipelined search: that no program run on some number of pieces and not listed is cheaper.
+
+A branch and bound over the programs of every piece count
+(``solver.pipelined.cheapest_pipelined_all``) leaves, per piece count, the tree
+of partial programs it expanded; with the final bound ``c`` (the N-th cheapest
+cost over every piece count) that tree is the certificate. It is checked, never
+trusted (:func:`check_pipelined_all`): the tables the bounds came from (the
+Bellman and traffic inequalities of ``solver/certificate.py``, or the chord
+argument of a bracketed table), then every valid step out of the tree leading
+to a lower bound of at least ``c``, and every program inside it either listed at
+its exact cost or no cheaper than ``c``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from p2synth.hierarchies.program import RawProgram
+from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_traffic, check_traffic_table
+from p2synth.solver.cost import PY, pipelined_seconds
+from p2synth.solver.costtogo import PieceTraffic, Successors, one_table, successors_by_state
+from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, traffic_floor, windows
+from p2synth.solver.stepcosts import EdgeCosts
+
+
+def _same_table(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` and `b` hold the same values (one table each for every step count: the one table's)."""
+    if a.shape == b.shape and one_table(a) and one_table(b):
+        return np.array_equal(a[0], b[0])
+    return np.array_equal(a, b)
+
+
+def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequence[PipelineTables],
+                        searched: Sequence[tuple[Sequence[tuple[int, ...]], dict[RawProgram, float]]], threshold: float,
+                        checked: tuple[EdgeCosts, np.ndarray] | None = None) -> None:
+    """Check a branch and bound over several piece counts (``solver.pipelined.cheapest_pipelined_all``): per piece
+    count in `tables` (ascending), its (expanded tree, programs found) in `searched`, as :func:`check_pipelined`
+    does; CertificateError naming the piece count otherwise.
+
+    * The traffic is checked once: `whole`'s traffic-to-go table against its
+      rows; then every table's traffic and traffic-to-go table must be
+      `whole`'s over its piece count (``WholeTraffic.on_pieces``; traffic is
+      linear in the bytes moved). Dividing every term of an inequality by
+      the same count keeps it, up to a few units in the last place, which the
+      slack of the check covers many times over.
+    * `one` (one piece) and the most pieces have exact tables: their Bellman
+      inequalities are checked. A bracketed table (``PipelineTables.bracketed``)
+      is checked by its argument: every step cost of its piece count is at
+      least the chord ``lam w_1 + (1 - lam) w_A`` (less BRACKET_SLACK); then
+      no completion costs less than the same chord of the two exact bounds (a
+      minimum of sums is at least the sum of the minima); the table must lie
+      at or below it, scaled by ``1 - BRACKET_SLACK``.
+
+    `checked`: step costs and a cost-to-go table whose Bellman inequalities were
+    checked already (the sequential search's certificate, :func:`solver.certificate.check`); a table
+    holding exactly these (the same objects) is not checked again.
+    """
+    if len(searched) != len(tables) or not tables:
+        raise CertificateError(f"{len(searched)} searches for {len(tables)} piece counts")
+    top = tables[-1]
+    check_traffic_table(one.costs.space, whole.t, whole.rows, one.rows)
+    if one.pieces != 1 or one.bracketed or top.bracketed or top.pieces != max(t.pieces for t in tables):
+        raise CertificateError("the exact tables must be those of one piece and of the most pieces")
+    for tab in (one, *tables):
+        ours = tab.rows.traffic
+        if not (isinstance(ours, PieceTraffic) and ours.whole is whole.rows and ours.pieces == tab.pieces
+                and _same_table(tab.t, whole.on_pieces(tab.pieces)[1])):
+            raise CertificateError(f"{tab.pieces} pieces: the traffic is not the whole buffer's over {tab.pieces}")
+        try:
+            if tab.bracketed:
+                _check_bracketed(tab, one, top)
+            else:
+                if checked is None or tab.costs is not checked[0] or tab.h is not checked[1]:
+                    check_bellman(tab.costs, tab.h, tab.rows)
+        except CertificateError as e:
+            raise CertificateError(f"{tab.pieces} pieces: {e}") from None
+    for tab, (expanded, found) in zip(tables, searched):
+        try:
+            _check_tree(tab.costs, tab.h, tab.t, tab.pieces, expanded, found, threshold, tab.rows)
+        except CertificateError as e:
+            raise CertificateError(f"{tab.pieces} pieces: {e}") from None
+
+
+def _check_bracketed(tab: PipelineTables, one: PipelineTables, top: PipelineTables) -> None:
+    """A bracketed table's per-case conditions and its bounds (see :func:`check_pipelined_all`)."""
+    P, A = tab.pieces, top.pieces
+    if not 1 < P < A:
+        raise CertificateError(f"a bracketed table needs 1 < pieces < {A}")
+    lam = (1.0 / P - 1.0 / A) / (1.0 - 1.0 / A)
+    keep = 1.0 - BRACKET_SLACK
+    w, w1, wA = tab.costs.values, one.costs.values, top.costs.values
+    if not np.all(w >= keep * (lam * w1 + (1 - lam) * wA)):
+        raise CertificateError("a step cost lies below the chord of one piece's and the most pieces'")
+    if np.isnan(tab.h).any() or np.any(tab.h > keep * (lam * one.h + (1 - lam) * top.h)):
+        raise CertificateError("the bracketed cost-to-go lies above the chord of the exact ones")
+
+
+def check_pipelined(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
+                    expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
+                    rows: Successors | None = None) -> None:
+    """Check that every program of two or more steps run on `pieces` pieces and not in `found` costs at least `threshold`.
+
+    `costs` are the step costs on one piece, with traffic. `expanded` is the
+    tree a branch and bound expanded (prefixes as step indices, the empty one
+    included); every valid step out of it must lead to a lower bound of at
+    least `threshold`: the stages so far, `h` for the rest of the sum, and
+    ``pieces - 1`` periods of at least the period so far and each
+    level's traffic so far plus `t`, over the windows of `pieces` steps a
+    program needs (the tables checked here; a program's traffic on a level
+    spreads over at most ``ceil(K / pieces)`` windows, so some window carries
+    that fraction of it). Every program inside the tree is either in `found` at its
+    exact cost (recomputed here with ``solver.cost.pipelined_seconds``) or
+    costs at least `threshold`. CertificateError otherwise.
+    """
+    rows = rows or successors_by_state(costs)
+    check_traffic(costs, t, rows)
+    check_bellman(costs, h, rows)
+    _check_tree(costs, h, t, pieces, expanded, found, threshold, rows)
+
+
+def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
+                expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
+                rows: Successors) -> None:
+    """The expanded tree of :func:`check_pipelined`, its tables already checked: depth by depth, every node's
+    children at once (:class:`_Frontier`)."""
+    space, K = costs.space, h.shape[0] - 1
+    spread = 1.0 / windows(K, pieces)
+    floor = threshold * (1 - TOLERANCE)
+    tree = set(expanded)
+    if any(q[:-1] not in tree for q in tree if q) or (tree and () not in tree):
+        raise CertificateError("the expanded tree does not hold every prefix of its nodes")
+    if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
+        root = h[K][space.start] + (pieces - 1) * float((t[K][:, space.start] * spread).max(initial=0.0))
+        if not root >= floor:
+            raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
+        return
+    by_depth: dict[int, list[tuple[int, ...]]] = {}
+    for q in sorted(tree):
+        by_depth.setdefault(len(q), []).append(q)
+    node = _Frontier.root(space.start, rows.traffic.shape[0], pieces)
+    for d in range(K + 1):
+        if not node.nodes:
+            break
+        if d >= 2:
+            for i in np.flatnonzero(space.goal[node.state]).tolist():
+                _program_in_tree(costs, rows, node.nodes[i], node.stages[i], float(node.g[i] + (pieces - 1) * node.period[i]),
+                                 pieces, found, floor, threshold)
+        if d == K:
+            break
+        kids = by_depth.get(d + 1, [])
+        child = node.children(rows, len(space.steps))
+        r = K - d - 1
+        floor_period = traffic_floor(node.carried[:, child.parent] + child.load, t[r][:, child.target], d + 1, r, K, pieces)
+        lower = node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period)
+        index = {q: i for i, q in enumerate(node.nodes)}
+        keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)
+        pos = np.searchsorted(child.key, keys)
+        if keys.size and (pos.max() >= child.key.size or np.any(child.key[np.minimum(pos, child.key.size - 1)] != keys)):
+            bad = next(q for q, p, k in zip(kids, pos, keys) if p >= child.key.size or child.key[p] != k)
+            raise CertificateError(f"expanded prefix {bad} takes a step that is not valid")
+        inside = np.zeros(child.key.size, dtype=bool)
+        inside[pos] = True
+        escaped = np.flatnonzero(~(lower >= floor) & ~inside)
+        if escaped.size:
+            q = node.nodes[int(child.parent[escaped[0]])]
+            raise CertificateError(f"after {q}, a step leaves the expanded tree with a bound below {threshold:.6g}")
+        node = node.advance(kids, pos, child, rows)
+
+
+@dataclass(frozen=True)
+class _Children:
+    """Every valid step out of the nodes of one depth: its node, row, cost, target, traffic and period so far."""
+
+    parent: np.ndarray
+    row: np.ndarray
+    key: np.ndarray     # parent * steps + step: ascending (rows of a state are in step order)
+    w: np.ndarray
+    target: np.ndarray
+    load: np.ndarray    # (levels, children)
+    period: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Frontier:
+    """The expanded nodes of one depth, as arrays: state, sum of stages, period so far, traffic carried per level,
+    the last ``pieces - 1`` rows (-1: none yet), and each node's prefix and rows."""
+
+    nodes: list[tuple[int, ...]]
+    stages: list[list[int]]
+    state: np.ndarray
+    g: np.ndarray
+    period: np.ndarray
+    carried: np.ndarray  # (levels, nodes)
+    recent: np.ndarray   # (nodes, pieces - 1)
+
+    @staticmethod
+    def root(start: int, levels: int, pieces: int) -> _Frontier:
+        """The empty program."""
+        return _Frontier([()], [[]], np.array([start]), np.zeros(1), np.zeros(1), np.zeros((levels, 1)),
+                         np.full((1, pieces - 1), -1, dtype=np.int64))
+
+    def children(self, rows: Successors, steps: int) -> _Children:
+        """Every valid step out of every node (`steps`: how many steps the state space has)."""
+        lo, hi = rows.offsets[self.state], rows.offsets[self.state + 1]
+        counts = hi - lo
+        parent = np.repeat(np.arange(len(self.nodes)), counts)
+        row = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        load = rows.traffic[:, row]
+        window = np.zeros_like(self.carried)
+        for j in range(self.recent.shape[1]):
+            window += np.where(self.recent[:, j] >= 0, rows.traffic[:, self.recent[:, j]], 0.0)
+        w = rows.weight[row]
+        period = np.maximum(np.maximum(self.period[parent], w), (window[:, parent] + load).max(axis=0, initial=0.0))
+        return _Children(parent, row, parent * steps + rows.step[row], w, rows.target[row], load, period)
+
+    def advance(self, kids: list[tuple[int, ...]], pos: np.ndarray, child: _Children, rows: Successors) -> _Frontier:
+        """The nodes of the next depth: `kids`, the children at `pos`."""
+        p = child.parent[pos]
+        recent = np.concatenate([self.recent[p], child.row[pos][:, None]], axis=1)[:, 1:]
+        return _Frontier(kids, [self.stages[i] + [r] for i, r in zip(p.tolist(), child.row[pos].tolist())],
+                         child.target[pos], self.g[p] + child.w[pos], child.period[pos],
+                         self.carried[:, p] + child.load[:, pos], recent)
+
+
+def _program_in_tree(costs: EdgeCosts, rows: Successors, q: tuple[int, ...], stages: list[int], cost: float, pieces: int,
+                     found: dict[RawProgram, float], floor: float, threshold: float) -> None:
+    """A program inside the expanded tree: listed at its exact cost, or no cheaper than the threshold."""
+    space = costs.space
+    raw = tuple((space.steps[j].op, space.steps[j].mask) for j in q)
+    if raw in found:
+        exact = float(pipelined_seconds(PY, [float(rows.weight[i]) for i in stages], [rows.traffic[:, i] for i in stages], pieces))
+        if not (math.isclose(found[raw], exact, rel_tol=1e-9) and math.isclose(cost, exact, rel_tol=1e-9)):
+            raise CertificateError(f"{raw} on {pieces} pieces costs {exact}, not {found[raw]}")
+    elif not cost >= floor:
+        raise CertificateError(f"{raw} on {pieces} pieces costs {cost:.6g}, less than {threshold:.6g}, but is not listed")

@@ -1,0 +1,160 @@
+"""Per-step cost tables: a cost model evaluated on every step of a state space, from every state it applies to.
+
+A step's cost depends on nothing but the step and which cells are scattered and
+rooted when it is taken (:class:`StepCases`), so the cost model's own code is
+evaluated once per such case, vectorized (``ArrayAlgebra``): :func:`edge_costs`
+(the seconds, and on request each level's traffic) and :func:`split_costs`
+(latency and traffic apart: one evaluation serves every piece count). The
+steps grouped by state and the tables over them are ``solver/costtogo.py``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from p2synth.hierarchies.statespace import StateSpace
+from p2synth.encodings.deadline import Deadline
+from p2synth.encodings.errors import SolverTimeout
+from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, slowest
+
+
+@dataclass(frozen=True)
+class StepCases:
+    """The distinct (step, scattered cells, rooted cells) of a state space: a step's cost depends on nothing else.
+
+    Flat arrays over the cases (``op`` codes, ``mask`` slices, ``key`` = Y | Z << C),
+    the cases of step ``j`` at ``start[j]:start[j+1]``, ``inverse[j]`` mapping
+    step ``j``'s sources to its cases.
+    """
+
+    op: np.ndarray
+    mask: np.ndarray
+    key: np.ndarray
+    start: np.ndarray
+    inverse: tuple[np.ndarray, ...]
+
+    def of_step(self, values: np.ndarray, j: int) -> np.ndarray:
+        """Per-case `values` (last axis over cases) -> step `j`'s, one per source state."""
+        return np.take(values[..., self.start[j]:self.start[j + 1]], self.inverse[j], axis=-1)
+
+
+@dataclass(frozen=True)
+class EdgeCosts:
+    """The predicted seconds of every step of a state space from every state it is valid in.
+
+    Held per distinct case (:func:`step_cases`): ``values[c]`` seconds and,
+    when asked for, ``loads[l][c]`` the seconds each level's links are busy.
+    ``weights[j][i]`` is the cost of ``space.steps[j]`` taken in state ``space.steps[j].sources[i]``.
+    """
+
+    space: StateSpace
+    values: np.ndarray
+    loads: np.ndarray | None = None  # (levels, cases)
+
+    @cached_property
+    def weights(self) -> tuple[np.ndarray, ...]:
+        """Per step, its cost in each of its source states."""
+        cases = step_cases(self.space)
+        return tuple(cases.of_step(self.values, j) for j in range(len(self.space.steps)))
+
+    @cached_property
+    def traffic(self) -> tuple[np.ndarray, ...] | None:
+        """Per step, (levels, sources): seconds each level's links are busy (None without loads)."""
+        if self.loads is None:
+            return None
+        cases = step_cases(self.space)
+        return tuple(cases.of_step(self.loads, j) for j in range(len(self.space.steps)))
+
+    def step_cost(self, state: int, j: int) -> float:
+        """The cost of step `j` in state index `state` (which must be one of its sources)."""
+        step = self.space.steps[j]
+        i = int(np.searchsorted(step.sources, state))
+        if i >= step.sources.size or step.sources[i] != state:
+            raise ValueError(f"step {step.op.short}/{step.mask:b} is not valid in state {state}")
+        cases = step_cases(self.space)
+        return float(self.values[cases.start[j] + cases.inverse[j][i]])
+
+
+def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None, with_traffic: bool = False) -> EdgeCosts:
+    """Evaluate `model` on every distinct case of `space` (:func:`step_cases`), vectorized.
+
+    With `with_traffic`, also each case's per-level traffic (what a pipeline's overlapping steps share).
+    """
+    deadline = deadline or Deadline(None)
+    cases = step_cases(space)
+    if deadline.expired():
+        raise SolverTimeout("step costs")
+    values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, cases.op, *_case_bits(space)), dtype=np.float64),
+                             cases.op.shape)
+    return EdgeCosts(space, values, edge_traffic(space, model) if with_traffic else None)
+
+
+@dataclass(frozen=True)
+class SplitCosts:
+    """One evaluation of a cost model that splits a step into latency and traffic (``solver.cost.AlphaBeta.split``)
+    on every distinct case of a state space: the step costs of every piece count, and the whole message's traffic.
+
+    On one of ``P`` pieces such a model's step takes ``latency + slowest(traffic) / P``: :meth:`on_pieces` computes
+    exactly that, case by case, with the model's own ``slowest``, so its values equal the model's evaluated at ``P``
+    (``tests/test_pipeline.py`` holds them equal bit for bit).
+    """
+
+    space: StateSpace
+    latency: np.ndarray  # per case
+    traffic: np.ndarray  # (levels, cases), the whole message
+    busiest: np.ndarray  # per case, the slowest level's traffic
+
+    def on_pieces(self, pieces: int) -> EdgeCosts:
+        """The step costs on one of `pieces` pieces."""
+        return EdgeCosts(self.space, self.latency + self.busiest / pieces)
+
+
+def split_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None) -> SplitCosts | None:
+    """The :class:`SplitCosts` of `model` (on one piece) on `space`, or None when the model does not split."""
+    split = getattr(model, "split", None)
+    if split is None or getattr(model, "pieces", None) != 1:
+        return None
+    if (deadline or Deadline(None)).expired():
+        raise SolverTimeout("step costs")
+    cases = step_cases(space)
+    latency, traffic = split(ARRAYS, cases.op, *_case_bits(space))
+    shape = cases.op.shape
+    loads = [np.broadcast_to(np.asarray(t, dtype=np.float64), shape) for t in traffic]
+    return SplitCosts(space, np.broadcast_to(np.asarray(latency, dtype=np.float64), shape),
+                      np.stack(loads), np.broadcast_to(np.asarray(slowest(ARRAYS, loads), dtype=np.float64), shape))
+
+
+def edge_traffic(space: StateSpace, model: CostModel) -> np.ndarray:
+    """Per level and distinct case of `space`, the seconds the step keeps that level's links busy under `model`."""
+    cases = step_cases(space)
+    return np.stack([np.broadcast_to(np.asarray(t, dtype=np.float64), cases.op.shape)
+                     for t in model.traffic(ARRAYS, cases.op, *_case_bits(space))])
+
+
+@lru_cache(maxsize=32)
+def _case_bits(space: StateSpace) -> tuple[list[np.ndarray], ...]:
+    """Per cell, the slice, scattered and rooted bits of every case."""
+    cases, C = step_cases(space), space.cells
+    Y, Z = cases.key & ((1 << C) - 1), cases.key >> C
+    bits = lambda a: [(a >> c & 1).astype(bool) for c in range(C)]
+    return bits(cases.mask), bits(Y), bits(Z)
+
+
+@lru_cache(maxsize=32)
+def step_cases(space: StateSpace) -> StepCases:
+    """The :class:`StepCases` of a state space (cached: it depends on the collective and the cell count alone)."""
+    C = space.cells
+    yz = space.scattered | (space.rooted << C)
+    ops, slices, keys, inverses, start = [], [], [], [], [0]
+    for step in space.steps:
+        unique, inverse = np.unique(yz[step.sources], return_inverse=True)
+        ops.append(np.full(unique.size, OP_CODES[step.op]))
+        slices.append(np.full(unique.size, step.mask))
+        keys.append(unique)
+        inverses.append(inverse)
+        start.append(start[-1] + unique.size)
+    return StepCases(np.concatenate(ops), np.concatenate(slices), np.concatenate(keys),
+                     np.asarray(start, dtype=np.int64), tuple(inverses))
