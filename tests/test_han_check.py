@@ -8,16 +8,12 @@ import pytest
 from p2synth.hierarchies import Collective, Hierarchy, Level
 from p2synth.hierarchies.model import CollectiveLibrary
 from scripts import han_check
+from scripts.tables import printed_rows
 from tests.runtime_support import ROOT, run_mpi
 
 H = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
                       Level(name="core", count=2, bandwidth_GBps=10.0, latency_us=1.0)), library=CollectiveLibrary.OPEN_MPI)
 CALLS = ("Allreduce", "Reduce_scatter_block", "Reduce", "Bcast")
-
-
-def cells(line: str) -> list[str]:
-    """The cells of one row of a printed table."""
-    return [c.strip() for c in line.strip().strip("│").split("│")]
 
 
 def test_each_default_record_is_predicted_and_the_median_printed(tmp_path, capsys):
@@ -30,10 +26,9 @@ def test_each_default_record_is_predicted_and_the_median_printed(tmp_path, capsy
     run.write_text(f"# header\ndefault   64 MiB Bcast {2e3 * expected:.3f} ms\n^han      64 MiB Bcast 1.0 ms\n")
     assert math.isclose(han_check.predicted_seconds(H, Collective.BROADCAST, m), expected, rel_tol=1e-12)
     assert han_check.main(["predict", str(tmp_path / "h.json"), str(run)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    [row] = [cells(line) for line in out if "broadcast" in line]
-    assert row == ["broadcast", "64", f"{2e3 * expected:.1f}", f"{1e3 * expected:.1f}", "2.00"]
-    assert out[-1] == "median measured / predicted: 2.00 over 1 calls"
+    out = capsys.readouterr().out
+    assert printed_rows(out) == [["broadcast", "64", f"{2e3 * expected:.1f}", f"{1e3 * expected:.1f}", "2.00"]]
+    assert out.splitlines()[-1] == "median measured / predicted: 2.00 over 1 calls"
 
 
 @pytest.mark.parametrize("testbed,median", [("4x2-1gbit", "0.77"), ("2x2x2-1gbit-400mbit", "0.96"), ("4x2-200mbit", "0.95")])
@@ -74,8 +69,7 @@ def test_measure_under_real_mpiexec_records_every_call_and_predict_reads_them(tm
     records = [line.split() for line in run.read_text().splitlines()]
     assert [(r[0], r[1], r[2], r[3]) for r in records] == [("default", size, "MiB", call) for size in ("1", "2") for call in CALLS]
     assert all(float(r[4]) > 0 and r[5] == "ms" for r in records)
-    table_rows = [cells(line) for line in out.stdout.splitlines() if line.startswith("│")]
-    assert [(c[0], c[1]) for c in table_rows] == [(call, size) for size in ("1", "2") for call in CALLS]
+    assert [(c[0], c[1]) for c in printed_rows(out.stdout)] == [(call, size) for size in ("1", "2") for call in CALLS]
     (tmp_path / "h.json").write_text(Hierarchy(levels=(Level(name="node", count=1), Level(name="core", count=2)),
                                                library=CollectiveLibrary.OPEN_MPI).model_dump_json())
     assert han_check.main(["predict", str(tmp_path / "h.json"), str(run)]) == 0
