@@ -171,7 +171,7 @@ def test_fitted_hierarchy_loads_and_keeps_unmeasured_levels():
 def test_refuses_without_root_in_one_line():
     r = cli("up", "--nodes", "2", "--ranks-per-node", "1", "--inter-node", "1gbit",
                     env={"P2S_TESTBED_PRETEND_NONROOT": "1"})
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "root" in r.stderr
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: ") and "root" in r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
@@ -179,6 +179,9 @@ def test_bad_arguments_exit_2_in_one_line():
     r = cli("up", "--nodes", "4", "--ranks-per-node", "1", "--inter-node", "1gbit", "--racks", "3",
                     "--inter-rack", "1gbit")
     assert r.returncode == 2 and "--racks must divide" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    r = cli("up", "--nodes", "four")
+    assert r.returncode == 2 and r.stderr == "error: argument --nodes: invalid int value: 'four'\n"
 
 
 # ---- a real testbed ------------------------------------------------------------------------
