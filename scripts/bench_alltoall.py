@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_text_atomic
+from scripts.tables import console, markdown, table
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,18 +67,15 @@ def size_text(n: int) -> str:
     return str(n)
 
 
-def table(rows_: list[dict], markdown: bool = False) -> str:
-    """The rows as a fixed-width text table, or as Markdown."""
-    head = ["testbed", "placement", "request", "size", "program", "measured(us)", "simulator(us)", "alpha-beta(us)",
-            "speedup", "predicted"]
-    body = [[r["testbed"], r["placement"], r["request"], size_text(r["bytes"]), ("flat " if r["flat"] else "") + r["program"],
+COLUMNS = ("testbed", "placement", "request", "size", "program", "measured(us)", "simulator(us)", "alpha-beta(us)",
+           "speedup", "predicted")
+
+
+def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
+    """The rows' cells under :data:`COLUMNS`: times in microseconds, speedups over the flat program."""
+    return [(r["testbed"], r["placement"], r["request"], size_text(r["bytes"]), ("flat " if r["flat"] else "") + r["program"],
              f"{r['measured_s'] * 1e6:.1f}", f"{r['simulator_s'] * 1e6:.1f}", f"{r['alpha_beta_s'] * 1e6:.1f}",
-             f"{r['speedup']:.2f}", "-" if r["predicted_speedup"] is None else f"{r['predicted_speedup']:.2f}"] for r in rows_]
-    if markdown:
-        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body])
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i < 5 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return "\n".join([fmt(head)] + [fmt(b) for b in body])
+             f"{r['speedup']:.2f}", "-" if r["predicted_speedup"] is None else f"{r['predicted_speedup']:.2f}") for r in rows_]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     report = build_report(raw)
     if args.out is not None:
         write_text_atomic(json.dumps(report, separators=(",", ":")) + "\n", args.out)
-    found = rows(report)
-    print(table(found))
+    found = cells(rows(report))
+    console().print(table(COLUMNS, found, text_columns=5))
     if args.markdown is not None:
-        write_text_atomic(table(found, markdown=True) + "\n", args.markdown)
+        write_text_atomic(markdown(COLUMNS, found) + "\n", args.markdown)
     return 0 if found else 1
 
 

@@ -3,7 +3,7 @@
     python -m scripts.bench_pipeline plan --hierarchy H.json --bytes 16M --out /tmp/pipe16.json
     sudo env PATH="$PATH" python -m scripts.testbed run -- python -m runtime.tune /tmp/pipe16.json \\
         --out /tmp/tuned16.json --top 5 --no-refit
-    python -m scripts.bench_pipeline table /tmp/tuned16.json [/tmp/tuned64.json ...] [--hierarchy H2.json]
+    python -m scripts.bench_pipeline table /tmp/tuned16.json [/tmp/tuned64.json ...] [--hierarchy H2.json] [--markdown T.md]
 
 ``plan`` solves ``all_reduce`` over one axis ``data`` covering the whole
 hierarchy H (a calibrated or fitted hierarchy file, e.g.
@@ -22,7 +22,7 @@ interval, the prediction and measured / predicted, and its speedup over the
 same program run sequentially and over the default (ratios of medians). The
 prediction is the plan's own, or with ``--hierarchy`` the simulator's today on
 that hierarchy (to see what a changed model or refitted hierarchy predicts for
-measurements already made).
+measurements already made); ``--markdown`` also writes the table as Markdown (as in docs/measurements/pipeline.md).
 Exit 2 on bad arguments, 1 if a measured program had wrong elements.
 """
 
@@ -39,6 +39,8 @@ from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.plan_file import PlanFileError, parse_plan_file
 from p2synth.hierarchies.program import Program
 from p2synth.solver.models import program_cost, program_cost_and_steps
+from scripts.tables import console, markdown
+from scripts.tables import table as rich_table
 
 PIECES = (1, 2, 4, 8, 16)
 
@@ -57,6 +59,7 @@ def parse_args(argv):
     table = sub.add_parser("table", help="print the measured table of tuned plans")
     table.add_argument("tuned", type=Path, nargs="+", help="runtime.tune outputs of plans written by 'plan'")
     table.add_argument("--hierarchy", type=Path, help="predict with the simulator on this hierarchy instead of the plan's figures")
+    table.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     return p.parse_args(argv)
 
 
@@ -126,8 +129,9 @@ def predictions(tuned: dict, hierarchy: Hierarchy) -> dict[int, float]:
             for p in [entry["default"], *entry["programs"]]}
 
 
-def table(tuned: dict, hierarchy: Hierarchy | None = None) -> tuple[list[str], int]:
-    """The markdown rows of one tuned plan and its wrong-element count; predictions from `hierarchy` when given."""
+def table(tuned: dict, hierarchy: Hierarchy | None = None) -> tuple[list[tuple[str, ...]], int]:
+    """The rows (cells under :data:`COLUMNS`) of one tuned plan and its wrong-element count; predictions from
+    `hierarchy` when given."""
     placement = tuned["placements"][0]
     cost = predictions(tuned, hierarchy) if hierarchy else {id(p): p["cost_s"] for p in [placement["default"], *placement["programs"]]}
     default = placement["default"]
@@ -139,14 +143,14 @@ def table(tuned: dict, hierarchy: Hierarchy | None = None) -> tuple[list[str], i
         name = "default" if p is default else f"P = {p.get('pipeline', 1)}"
         low, high = p["measured_ci_s"]
         vs_seq = f"{sequential['measured_s'] / p['measured_s']:.2f}" if sequential and p is not default else ""
-        rows.append(f"| {size >> 20} MiB | {name} | {p['measured_s'] * 1e3:.1f} | [{low * 1e3:.1f}, {high * 1e3:.1f}] | "
-                    f"{cost[id(p)] * 1e3:.1f} | {p['measured_s'] / cost[id(p)]:.2f} | {vs_seq} | "
-                    f"{default['measured_s'] / p['measured_s']:.2f} | {p.get('wrong', 0)} |")
+        rows.append((f"{size >> 20} MiB", name, f"{p['measured_s'] * 1e3:.1f}", f"[{low * 1e3:.1f}, {high * 1e3:.1f}]",
+                     f"{cost[id(p)] * 1e3:.1f}", f"{p['measured_s'] / cost[id(p)]:.2f}", vs_seq,
+                     f"{default['measured_s'] / p['measured_s']:.2f}", str(p.get("wrong", 0))))
     return rows, sum(int(p.get("wrong", 0)) for p in listed)
 
 
-HEADER = ("| size | program | measured (ms) | 95% interval | predicted (ms) | measured / predicted | "
-          "speedup over sequential | speedup over default | wrong |\n|---|---|---|---|---|---|---|---|---|")
+COLUMNS = ("size", "program", "measured (ms)", "95% interval", "predicted (ms)", "measured / predicted",
+           "speedup over sequential", "speedup over default", "wrong")
 
 
 def main(argv=None) -> int:
@@ -169,15 +173,17 @@ def main(argv=None) -> int:
                 hierarchy = Hierarchy.model_validate_json(args.hierarchy.read_text())
             except (OSError, ValueError) as e:
                 raise UsageError(f"--hierarchy: cannot read {args.hierarchy}: {one_line(e)}") from None
-        print(HEADER)
-        wrong = 0
+        rows, wrong = [], 0
         for path in args.tuned:
             try:
-                rows, bad = table(json.loads(path.read_text()), hierarchy)
+                found, bad = table(json.loads(path.read_text()), hierarchy)
             except (OSError, ValueError, KeyError, PlanFileError) as e:
                 raise UsageError(f"{path}: not a tuned plan of scripts.bench_pipeline ({one_line(e)})") from None
-            print("\n".join(rows))
+            rows += found
             wrong += bad
+        console().print(rich_table(COLUMNS, rows, text_columns=2))
+        if args.markdown is not None:
+            write_text_atomic(markdown(COLUMNS, rows) + "\n", args.markdown)
         return 1 if wrong else 0
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)

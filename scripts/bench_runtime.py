@@ -33,12 +33,23 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Placement, Request,
 from p2synth.runtime.backends import NumpyBackend
 from p2synth.runtime.data import ITEMSIZE, element_count, reduction_group, tagged_data, timed_expected, timed_input
 from p2synth.runtime.executor import Buffers, Executor
-from p2synth.runtime.job import EXIT_OK, EXIT_WRONG, mpi_version, run_guarded
+from p2synth.runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded
 from p2synth.runtime.layout import Role
-from p2synth.hierarchies.cli import sizes_argument
+from p2synth.hierarchies.cli import UsageError, sizes_argument
 from p2synth.runtime.timing import measure, summarize
+from scripts.tables import console, table
 
 GOAL = 0.95
+
+
+COLUMNS = ("size (B)", "runtime (us)", "direct (us)", "runtime algbw (GB/s)", "direct algbw (GB/s)", "ratio", "paired")
+
+
+def row_cells(row: dict) -> tuple[str, ...]:
+    """One size's cells under :data:`COLUMNS`: medians in microseconds, algorithm bandwidths, both ratios."""
+    n, rt, direct = row["bytes"], row["runtime_s"], row["direct_s"]
+    return (str(n), f"{rt * 1e6:.1f}", f"{direct * 1e6:.1f}", f"{n / rt / 1e9:.3f}", f"{n / direct / 1e9:.3f}",
+            f"{row['ratio']:.3f}", f"{row['paired_ratio']:.3f}")
 
 
 def flat_placement(world_size: int) -> Placement:
@@ -48,16 +59,29 @@ def flat_placement(world_size: int) -> Placement:
     return Placement(hierarchy, (Axis(name="data", size=world_size),), (tuple(counts.values()),))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the comparison; rank 0 prints the table (and writes --out)."""
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_runtime", description=__doc__.split("\n")[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (the same on every rank); UsageError on a bad one."""
+    p = RankZeroParser(prog="python -m scripts.bench_runtime", description=__doc__.split("\n")[0])
     p.add_argument("--bytes", type=sizes_argument, default=sizes_argument("1M:64M"), help="SIZE or MIN:MAX[:FACTOR] (default 1M:64M)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each contender per size (default 2)")
     p.add_argument("--iters", type=int, default=5, help="timed runs per repeat (default 5)")
     p.add_argument("--repeats", type=int, default=7, help="repeats per size; medians over them (default 7)")
     p.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = p.parse_args(argv)
+    if args.iters < 1 or args.repeats < 1 or args.warmup < 0:
+        raise UsageError("--iters and --repeats must be at least 1, --warmup at least 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; rank 0 prints the table (and writes --out). Exit 2 on bad arguments (rank 0 says why)."""
     world = MPI.COMM_WORLD
+    try:
+        args = parse_args(argv)
+    except UsageError as e:
+        if world.Get_rank() == 0:
+            print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     return run_guarded(world, lambda: compare(args, world))
 
 
@@ -73,10 +97,6 @@ def compare(args: argparse.Namespace, world: MPI.Intracomm) -> int:
     rank, size = world.Get_rank(), world.Get_size()
     group = reduction_group(placement, request, rank)
     rows, wrong = [], 0
-    if rank == 0:
-        print(f"# runtime flat all_reduce vs direct Allreduce, {size} ranks, {placement.hierarchy.describe()}, "
-              f"warmup {args.warmup}, iters {args.iters}, repeats {args.repeats}; medians of the max over ranks")
-        print(f"#{'size(B)':>11} {'runtime(us)':>12} {'direct(us)':>12} {'rt algbw':>10} {'mpi algbw':>10} {'ratio':>7} {'paired':>7}", flush=True)
     for nbytes in args.bytes:
         count = element_count(nbytes, size)
         data = tagged_data(Collective.ALL_REDUCE, group, count, size)
@@ -106,14 +126,14 @@ def compare(args: argparse.Namespace, world: MPI.Intracomm) -> int:
         nbytes = count * ITEMSIZE
         rows.append({"bytes": nbytes, "runtime_s": rt.time_s, "direct_s": mpi.time_s, "ratio": ratio, "paired_ratio": paired,
                      "runtime_repeats_s": list(rt.repeats_s), "direct_repeats_s": list(mpi.repeats_s)})
-        if rank == 0:
-            print(f"{nbytes:>12} {rt.time_s * 1e6:>12.1f} {mpi.time_s * 1e6:>12.1f} {nbytes / rt.time_s / 1e9:>10.3f} "
-                  f"{nbytes / mpi.time_s / 1e9:>10.3f} {ratio:>7.3f} {paired:>7.3f}", flush=True)
         del buffers
     executor.close()
     total = np.empty(1, dtype=np.int64)
     world.Allreduce(np.array([wrong], dtype=np.int64), total, op=MPI.SUM)
     if rank == 0:
+        title = (f"runtime flat all_reduce vs direct Allreduce, {size} ranks, {placement.hierarchy.describe()}, warmup "
+                 f"{args.warmup}, iters {args.iters}, repeats {args.repeats}; medians of the max over ranks")
+        console().print(table(COLUMNS, [row_cells(r) for r in rows], title=title, text_columns=0))
         large = [r for r in rows if r["bytes"] >= 2**20]
         if large:
             ratios, paired = [r["ratio"] for r in large], [r["paired_ratio"] for r in large]

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
-from rich.table import Table
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError
 from p2synth.hierarchies.concrete import ConcreteChecker
 from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.verify import clear_checks
@@ -55,6 +55,7 @@ from p2synth.solver.cost import program_seconds
 from p2synth.solver.models import cost_model
 from p2synth.solver.search import solve
 from p2synth.solver.spec import load_problem
+from scripts import tables
 
 ROOT = Path(__file__).resolve().parent.parent
 POD = [
@@ -132,9 +133,7 @@ def timed(fn, repeats: int):
 
 
 def program_sets(console: Console, repeats: int, brute_limit: float) -> None:
-    table = Table(title="All valid programs and the optimum: brute force (concrete semantics on every candidate) vs ours", title_justify="left")
-    for c in ["system", "K", "candidates", "valid", "brute force", "ours: all (Z3 list + check)", "ratio", "ours: top 5 proved", "ratio"]:
-        table.add_column(c, justify="left" if c == "system" else "right")
+    rows = []
     for name, p, req, k in small_cases():
         n = len(req.reduced_cells(p))
         candidates = sum((5 * (2 ** n - 1)) ** i for i in range(1, k + 1))
@@ -152,9 +151,12 @@ def program_sets(console: Console, repeats: int, brute_limit: float) -> None:
             bt, r1, r2 = f"{t_brute:.2f} s", f"{t_brute / t_all:.0f}x", f"{t_brute / t_top:.0f}x"
         else:
             bt, r1, r2 = f"> {brute_limit:.0f} s", f"> {brute_limit / t_all:.0f}x", f"> {brute_limit / t_top:.0f}x"
-        table.add_row(name, str(k), f"{candidates:,}", f"{len(ours):,}", bt, f"{t_all:.3f} s", r1, f"{t_top:.3f} s", r2)
+        rows.append((name, k, f"{candidates:,}", f"{len(ours):,}", bt, f"{t_all:.3f} s", r1, f"{t_top:.3f} s", r2))
         console.print(f"  done: {name}", style="dim")
-    console.print(table)
+    console.print(tables.table(("system", "K", "candidates", "valid", "brute force", "ours: all (Z3 list + check)", "ratio",
+                                "ours: top 5 proved", "ratio"), rows,
+                               title="All valid programs and the optimum: brute force (concrete semantics on every "
+                                     "candidate) vs ours"))
 
 
 # ---- 2. sweeps as real runs ---------------------------------------------------------------------------
@@ -292,8 +294,9 @@ def per_placement(console: Console, sample: int, repeats: int, folder: Path) -> 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scripts.bench_synthesis", description=__doc__.split("\n")[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; UsageError on a bad one."""
+    ap = ArgumentParser(prog="python -m scripts.bench_synthesis", description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats per sweep and small case (median reported)")
     ap.add_argument("--brute-limit", type=float, default=60.0, help="seconds allowed to one brute-force run")
     ap.add_argument("--no-reuse-limit", type=float, default=300.0, help="seconds allowed to the sweep without reuse")
@@ -302,7 +305,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-small", action="store_true", help="leave out the brute-force comparison")
     ap.add_argument("--skip-sweeps", action="store_true", help="leave out the sweeps (only the one-placement table)")
     args = ap.parse_args(argv)
-    console = Console(width=170)
+    if min(args.repeats, args.sample, args.placement_repeats) < 1 or min(args.brute_limit, args.no_reuse_limit) <= 0:
+        raise UsageError("--repeats, --sample and --placement-repeats must be at least 1, the limits positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its tables; exit 1 when a check fails, 2 on bad arguments."""
+    try:
+        args = parse_args(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    console = tables.console()
     console.print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", style="dim")
     if not args.skip_small:
         program_sets(console, args.repeats, args.brute_limit)
@@ -310,22 +325,17 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         rows = [] if args.skip_sweeps else sweep_rows(console, args.repeats, args.no_reuse_limit, folder)
         cells = per_placement(console, args.sample, args.placement_repeats, folder)
-    t = Table(title=f"Sweeps: real `python -m solver.run` runs, --top 10, every placement proved (median of {args.repeats}; single runs where marked)", title_justify="left")
-    for c in ("run", "placements", "wall", "target", "peak RSS (largest process)"):
-        t.add_column(c, justify="left" if c == "run" else "right")
-    for label, n, wall, target, peak in rows:
-        t.add_row(label, str(n), wall, target, f"{peak} MiB")
-    console.print(t)
-    t = Table(title=f"One placement from scratch, max_steps 6, top 10 proved and verified (pieces 1,2,4,8,16; "
-                    f"sequential only beside it; each placement the median of {args.placement_repeats} runs)",
-              title_justify="left")
-    for c in ("reduced cells", "placements", "median", "max", "target", "sequential only, median", "ratio (median)",
-              "ratio (max)"):
-        t.add_column(c, justify="right")
-    for cells_, n, med, worst, target, seq, ratio, worst_ratio in cells:
-        t.add_row(str(cells_), str(n), f"{med:.2f} s", f"{worst:.2f} s", target, f"{seq:.2f} s", f"{ratio:.2f}x",
-                  f"{worst_ratio:.2f}x")
-    console.print(t)
+    console.print(tables.table(("run", "placements", "wall", "target", "peak RSS (largest process)"),
+                        [(label, n, wall, target, f"{peak} MiB") for label, n, wall, target, peak in rows],
+                        title=f"Sweeps: real `python -m solver.run` runs, --top 10, every placement proved "
+                              f"(median of {args.repeats}; single runs where marked)"))
+    console.print(tables.table(("reduced cells", "placements", "median", "max", "target", "sequential only, median",
+                         "ratio (median)", "ratio (max)"),
+                        [(c, n, f"{med:.2f} s", f"{worst:.2f} s", target, f"{seq:.2f} s", f"{ratio:.2f}x", f"{worst_ratio:.2f}x")
+                         for c, n, med, worst, target, seq, ratio, worst_ratio in cells],
+                        title=f"One placement from scratch, max_steps 6, top 10 proved and verified (pieces 1,2,4,8,16; "
+                              f"sequential only beside it; each placement the median of {args.placement_repeats} runs)",
+                        text_columns=0))
     console.print(f"load average {os.getloadavg()[0]:.1f} at the end", style="dim")
     return 0
 

@@ -37,9 +37,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from rich.table import Table
 
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, size_argument
-from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.model import Hierarchy, Level
 from p2synth.runtime.calibration import (  # the measuring and the fit live in the runtime, which the tuner shares
     LARGE,
     REDUCE_BYTES,
@@ -56,12 +57,14 @@ from p2synth.runtime.calibration import (  # the measuring and the fit live in t
     message_sizes,
     significant,
 )
+from scripts.tables import console, table
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 __all__ = ["LARGE", "Fit", "fit_alpha_beta", "fitted_hierarchy", "main", "message_sizes"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; UsageError on a bad one."""
     p = ArgumentParser(prog="python -m scripts.calibrate", description=__doc__.split("\n")[0])
     p.add_argument("--hierarchy", required=True, help="hierarchy JSON (levels outermost first), e.g. testbed-hierarchy.json")
     p.add_argument("--out", required=True, help="write the fitted hierarchy JSON here")
@@ -79,18 +82,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+FIGURES = ("latency_us", "bandwidth_GBps", "uplink_GBps", "duplex_efficiency")
 
-def _report(h: Hierarchy, fitted: Hierarchy, results: dict[int, dict]) -> str:
-    lines = [f"{'level':8} {'latency_us':>22} {'bandwidth_GBps':>22} {'uplink_GBps':>22} {'duplex_efficiency':>22}"]
+
+def report(h: Hierarchy, fitted: Hierarchy, results: dict[int, dict]) -> Table:
+    """Each level's figures before -> after the fit, and why a level was not measured or not fitted."""
+
+    def change(old: Level, new: Level, figure: str) -> str:
+        a, b = getattr(old, figure), getattr(new, figure)
+        return f"{'-' if a is None else f'{a:g}'} -> {'-' if b is None else f'{b:g}'}"
+
+    rows = []
     for l, (old, new) in enumerate(zip(h.levels, fitted.levels)):
-        def col(a, b):
-            return f"{'-' if a is None else f'{a:g}':>9} -> {'-' if b is None else f'{b:g}':>9}"
-        tag = "" if l in results else "   (not measured: count 1)"
+        note = "" if l in results else "not measured: count 1"
         if "fit_error" in results.get(l, {}):
-            tag = f"   (not fitted: {results[l]['fit_error']}; figures kept)"
-        lines.append(f"{old.name:8} {col(old.latency_us, new.latency_us):>22} {col(old.bandwidth_GBps, new.bandwidth_GBps):>22} "
-                     f"{col(old.uplink_GBps, new.uplink_GBps):>22} {col(old.duplex_efficiency, new.duplex_efficiency):>22}{tag}")
-    return "\n".join(lines)
+            note = f"not fitted: {results[l]['fit_error']}; figures kept"
+        rows.append((old.name, *(change(old, new, f) for f in FIGURES), note))
+    return table(("level", *FIGURES, "note"), rows, title="calibrate: the input's figures -> the fitted ones")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{comm.Get_size()} ranks; run with -n {h.num_devices}")
     except UsageError as e:
         if rank == 0:
-            print(f"calibrate: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
         sizes = message_sizes(args.max_bytes)
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                            "all_at_once_per_rank_GBps": [significant(r / 1e9) for r in reduce_rates],
                            "all_at_once_median_GBps": significant(reduce_GBps)},
             }, indent=2) + "\n")
-            print(_report(h, fitted, results), file=sys.stderr)
+            console(stderr=True).print(report(h, fitted, results))
             print(f"reduce (a += b, float32): {reduce_alone / 1e9:.3g} GB/s for one rank alone, {reduce_GBps:.3g} GB/s "
                   f"per rank with all {comm.Get_size()} at once", file=sys.stderr)
             print(f"calibrate: wrote {out} and {raw}", file=sys.stderr)

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.data import SUMMING, Group, tagged_data
 from p2synth.runtime.faults import FaultKind
+from scripts.tables import console, table
 
 OLD_INDEX_PERIOD = 31
 OLD_RANK_STRIDE = 32
@@ -113,30 +115,44 @@ def audit(nbytes: str, folder: Path) -> dict[str, dict[str, Counter]]:
     return tally
 
 
+COLUMNS = ("kind", "struck", "tagged caught", "old caught", "old missed", "not applicable")
+
+
+def summary(tally: dict[str, dict[str, Counter]]) -> list[tuple]:
+    """One row per KIND under :data:`COLUMNS` (the runs the fault struck, as the tagged data saw them, and what
+    each pattern caught), then the total row."""
+    rows, totals = [], [0] * 5
+    for kind in FaultKind:
+        new, old = tally["tagged"][str(kind)], tally["old"][str(kind)]
+        row = (new["detected"] + new["missed"], new["detected"], old["detected"], old["missed"], new["not applicable"])
+        totals = [a + b for a, b in zip(totals, row)]
+        rows.append((str(kind), *row))
+    return rows + [("total", *totals)]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The audit's command line; prints one line per KIND and a total."""
-    p = argparse.ArgumentParser(prog="python -m scripts.fault_audit", description=__doc__.split("\n")[0])
+    """The audit's command line; prints one row per KIND and a total. Exit 2 on bad arguments."""
+    p = ArgumentParser(prog="python -m scripts.fault_audit", description=__doc__.split("\n")[0])
     p.add_argument("--bytes", default="1000", help="message size of every run (default 1000, as the runtime tests)")
     p.add_argument("--out", type=Path, default=None, help="write the counts as JSON here")
     p.add_argument("--worker", default=None, choices=list(PATTERNS), help=argparse.SUPPRESS)
-    args, rest = p.parse_known_args(argv)
+    try:
+        args, rest = p.parse_known_args(argv)
+        if args.worker is None and rest:
+            raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if args.worker is not None:
         return worker(args.worker, rest)
     with tempfile.TemporaryDirectory() as tmp:
         tally = audit(args.bytes, Path(tmp))
-    print(f"# every --inject KIND on every program of the small cases, --bytes {args.bytes}")
-    print(f"# {'kind':<20} {'struck':>7} {'tagged caught':>14} {'old caught':>11} {'old missed':>11} {'not applicable':>15}")
-    totals = Counter()
-    for kind in FaultKind:
-        new, old = tally["tagged"][str(kind)], tally["old"][str(kind)]
-        struck = new["detected"] + new["missed"]
-        row = (struck, new["detected"], old["detected"], old["missed"], new["not applicable"])
-        totals.update(dict(zip(("struck", "new", "old", "old_missed", "na"), row)))
-        print(f"  {str(kind):<20} {row[0]:>7} {row[1]:>14} {row[2]:>11} {row[3]:>11} {row[4]:>15}")
-    print(f"  {'total':<20} {totals['struck']:>7} {totals['new']:>14} {totals['old']:>11} {totals['old_missed']:>11} {totals['na']:>15}")
+    rows = summary(tally)
+    console().print(table(COLUMNS, rows, title=f"every --inject KIND on every program of the small cases, --bytes {args.bytes}"))
     if args.out is not None:
         args.out.write_text(json.dumps({p: {k: dict(c) for k, c in kinds.items()} for p, kinds in tally.items()}, indent=2) + "\n")
-    return 1 if totals["new"] != totals["struck"] else 0
+    _, struck, caught, *_ = rows[-1]
+    return 1 if caught != struck else 0
 
 
 if __name__ == "__main__":

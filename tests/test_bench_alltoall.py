@@ -13,6 +13,7 @@ import pytest
 
 from scripts.accuracy.report import build_report, measured_time
 from scripts.bench_alltoall import rows
+from scripts.tables import printed_rows
 from tests.runtime_support import ROOT, testbed_skip_reason
 
 FIXTURE = ROOT / "tests" / "data" / "alltoall-raw-tiny.json"
@@ -42,9 +43,11 @@ def test_cli_prints_the_table_and_writes_markdown(tmp_path):
     md = tmp_path / "a2a.md"
     r = run("--from-raw", str(FIXTURE), "--markdown", str(md))
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[0].split()[:5] == ["testbed", "placement", "request", "size", "program"] and len(lines) == 7
-    assert "flat A2A(data@node,data@core)" in r.stdout and "A2A(data@core) -> A2A(data@node)" in r.stdout
+    printed = printed_rows(r.stdout)
+    assert len(printed) == 6 and {row[1] for row in printed} == {"data=[node 2, core 2]"}
+    assert [row[4] for row in printed[:3]] == ["flat A2A(data@node,data@core)", "A2A(data@core) -> A2A(data@node)",
+                                               "A2A(data@node) -> A2A(data@core)"]
+    assert [row[8] for row in printed if row[4].startswith("flat ")] == ["1.00", "1.00"]
     assert md.read_text().startswith("| testbed | placement |") and len(md.read_text().splitlines()) == 8
 
 
@@ -67,4 +70,4 @@ def test_tiny_suite_end_to_end(tmp_path):
     raw = json.loads((tmp_path / "a.raw.json").read_text())
     [combo] = raw["testbeds"][0]["combos"]
     assert combo["program_count"] == 3 and len(combo["results"]) == 6 and all(x["wrong"] == 0 for x in combo["results"])
-    assert len(r.stdout.splitlines()) == 7
+    assert len(printed_rows(r.stdout)) == 6

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from scripts import bench_pipeline
+from scripts.tables import printed_rows
 
 HIERARCHY = {"name": "cpu-2x4", "levels": [
     {"name": "node", "count": 2, "bandwidth_GBps": 1.0, "uplink_GBps": 1.0, "latency_us": 20},
@@ -39,10 +40,13 @@ def _tuned(wrong=0):
 def test_the_table_gives_ratios_of_medians_and_exit_1_on_wrong_elements(tmp_path, capsys):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(_tuned()))
-    assert bench_pipeline.main(["table", str(path)]) == 0
-    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 16 MiB")]
-    assert rows[1] == "| 16 MiB | P = 2 | 250.0 | [225.0, 275.0] | 200.0 | 1.25 | 2.00 | 3.20 | 0 |"
-    assert rows[2] == "| 16 MiB | P = 1 | 500.0 | [450.0, 550.0] | 400.0 | 1.25 | 1.00 | 1.60 | 0 |"
+    assert bench_pipeline.main(["table", str(path), "--markdown", str(tmp_path / "t.md")]) == 0
+    rows = printed_rows(capsys.readouterr().out)
+    assert rows[1] == ["16 MiB", "P = 2", "250.0", "[225.0, 275.0]", "200.0", "1.25", "2.00", "3.20", "0"]
+    assert rows[2] == ["16 MiB", "P = 1", "500.0", "[450.0, 550.0]", "400.0", "1.25", "1.00", "1.60", "0"]
+    md = (tmp_path / "t.md").read_text().splitlines()
+    assert md[0].startswith("| size | program |") and len(md) == 2 + 3
+    assert md[3] == "| 16 MiB | P = 2 | 250.0 | [225.0, 275.0] | 200.0 | 1.25 | 2.00 | 3.20 | 0 |"
     path.write_text(json.dumps(_tuned(wrong=3)))
     assert bench_pipeline.main(["table", str(path)]) == 1
 

@@ -1,5 +1,5 @@
 """scripts.accuracy.remeasure: the recorded programs of a combo become one plan; the comparison pairs them; bad
-arguments get one line and exit 2 (the testbed runs themselves are in docs/measurements/issue10-remeasure.txt)."""
+arguments get one line and exit 2 (the testbed runs themselves are in docs/measurements/remeasure-campaign-defaults.txt)."""
 
 import json
 from pathlib import Path

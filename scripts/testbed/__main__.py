@@ -1,8 +1,8 @@
 """``python -m scripts.testbed {up,run,down,status}``: the emulated cluster from the command line.
 
 Exit codes: 0 done; 1 an operation failed (what was created is removed again);
-2 refused or bad arguments (not root, namespaces unavailable, already up, not up),
-one line on stderr; ``run`` passes the job's exit code through (124: --timeout, 130: interrupted).
+2 refused or bad arguments (not root, namespaces unavailable, already up, not up);
+every error one line on stderr, ``error: ...``; ``run`` passes the job's exit code through (124: --timeout, 130: interrupted).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ PROG = "python -m scripts.testbed"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    common = argparse.ArgumentParser(add_help=False)
+    """The command line; UsageError on a bad one."""
+    common = ArgumentParser(add_help=False)
     common.add_argument("--instance", default=argparse.SUPPRESS,
                         help="name of a separate testbed (1-12 of a-z0-9; default: $P2S_TESTBED_INSTANCE or none)")
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], parents=[common])
@@ -72,6 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    """Bring the testbed up and say what it is and what to run next."""
     if args.racks > 1 and args.inter_rack is None:
         raise ConfigError("--racks > 1 needs --inter-rack RATE")
     cfg = TestbedConfig(nodes=args.nodes, ranks_per_node=args.ranks_per_node, inter_node_bps=parse_rate(args.inter_node),
@@ -89,6 +91,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Run one MPI job over the testbed that is up; the job's exit code."""
     require_root()
     state = read_state(args.instance)
     if state is None:
@@ -100,11 +103,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    """Remove everything the testbed created (nothing up is fine)."""
     down(args.instance)
     return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Print what is up (0), or that nothing is (1)."""
     state = status(args.instance)
     if args.json:
         print(json.dumps(state, indent=2))
@@ -124,6 +129,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; the exit status (see the module docstring)."""
     try:
         args = parse_args(argv)
         return {"up": cmd_up, "run": cmd_run, "down": cmd_down, "status": cmd_status}[args.cmd](args)
@@ -131,13 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except (UsageError, Refused) as e:
-        print(f"testbed: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_REFUSED
     except (TestbedError, OSError) as e:
-        print(f"testbed: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("testbed: interrupted (anything half-built was removed)", file=sys.stderr)
+        print("error: interrupted (anything half-built was removed)", file=sys.stderr)
         return 130
 
 
