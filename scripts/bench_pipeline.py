@@ -3,7 +3,7 @@
     python -m scripts.bench_pipeline plan --hierarchy H.json --bytes 16M --out /tmp/pipe16.json
     sudo env PATH="$PATH" python -m scripts.testbed run -- python -m runtime.tune /tmp/pipe16.json \\
         --out /tmp/tuned16.json --top 5 --no-refit
-    python -m scripts.bench_pipeline table /tmp/tuned16.json [/tmp/tuned64.json ...] [--hierarchy H2.json] [--markdown T.md]
+    python -m scripts.bench_pipeline table /tmp/tuned16.json [/tmp/tuned64.json ...] [--hierarchy H2.json] [--markdown OUT]
 
 ``plan`` solves ``all_reduce`` over one axis ``data`` covering the whole
 hierarchy H (a calibrated or fitted hierarchy file, e.g.
