@@ -20,16 +20,11 @@ from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
 from p2synth.hierarchies.program import Program
 from p2synth.runtime.stats import Interval, ties
 from scripts.accuracy import metrics as M
-from scripts.accuracy.report import (
-    NEW_FIELDS,
-    SUMMARY_FIELDS,
-    build_report,
-    halves,
-    load_cases,
-    measured_time,
-    plot,
-    summary_doc,
-)
+from scripts.accuracy.cases import halves, load_cases, measured_time
+from scripts.accuracy.fit import EFFICIENCY_GRID, LATENCY_GRID, OVERHEAD_GRID_US, grid_fit, overhead_calls, predict_all, scaled
+from scripts.accuracy.plots import plot
+from scripts.accuracy.report import build_report
+from scripts.accuracy.summary import NEW_FIELDS, SUMMARY_FIELDS, summary_doc
 from scripts.accuracy.suite import DEFAULT, PIPELINED, TINY, Suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +44,20 @@ def test_spearman_exact_values():
     assert M.spearman([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(0.8)
     assert M.spearman([1, 2], [2, 1]) is None
     assert M.spearman([1, 1, 1], [1, 2, 3]) is None
+    assert M.spearman([1, 2, 3], [5, 5, 5]) is None
+
+
+def test_ranks_and_spearman_with_ties_worked_out_by_hand():
+    """Ties in both lists: xs ranks 1.0 -> (1+2)/2, 2.0 -> (3+4)/2, 3.0 -> 5; ys ranks 10 -> 1, 20 -> (2+3)/2, 30 -> 4,
+    50 -> 5. Both means are 3; deviations dx = (.5, -1.5, .5, 2, -1.5), dy = (-2, 1, -.5, -.5, 2): sum dx*dy = -6.75,
+    sum dx^2 = 9, sum dy^2 = 9.5, so rho = -6.75 / sqrt(9 * 9.5)."""
+    xs, ys = [2.0, 1.0, 2.0, 3.0, 1.0], [10.0, 30.0, 20.0, 20.0, 50.0]
+    assert M.ranks(xs) == [3.5, 1.5, 3.5, 5.0, 1.5]
+    assert M.ranks(ys) == [1.0, 4.0, 2.5, 2.5, 5.0]
+    assert M.ranks(xs) == _average_ranks(xs) and M.ranks(ys) == _average_ranks(ys)
+    assert M.spearman(xs, ys) == pytest.approx(-6.75 / math.sqrt(9 * 9.5), rel=1e-15)
+    assert M.spearman(xs, ys) == pytest.approx(_spearman(xs, ys), rel=1e-15)
+    assert M.spearman(ys, xs) == M.spearman(xs, ys)
 
 
 def test_top_k_and_the_models_tie_break():
@@ -206,6 +215,26 @@ def test_report_from_recorded_raw(report):
     assert [c["fit"] for c in report["cases"]] == [True, True, False, False, False, False, False, False]
 
 
+def test_the_grid_fit_is_the_first_best_point_of_the_whole_grid():
+    """scipy's brute search over the grid's indices finds what a loop over every grid point (efficiency, latency, then
+    overhead, the first strictly better point kept) finds: the same constants, the same error."""
+    cases, hierarchies = load_cases(json.loads(FIXTURE.read_text()))
+    [(name, h)] = hierarchies.items()
+    mine = [c for c in cases if c.fit]
+    best = None
+    for eff in EFFICIENCY_GRID:
+        for lat in LATENCY_GRID:
+            predict_all(mine, {name: scaled(h, eff, 0.0, 1.0, lat)}, "simulator", "by hand")
+            triples = [(p, m, overhead_calls(q)) for c in mine for p, m, q in zip(c.predicted["by hand"], c.measured, c.programs)]
+            for ov in OVERHEAD_GRID_US:
+                err = statistics.median(abs(math.log((p + n * ov * 1e-6) / m)) for p, m, n in triples)
+                if best is None or err < best[0]:
+                    best = (err, eff, lat, ov, len(triples))
+    fit = grid_fit(h, name, mine, EFFICIENCY_GRID, [1.0], lats=LATENCY_GRID)
+    assert (fit.error, fit.efficiency, fit.latency, fit.overhead_us, fit.programs) == best
+    assert fit.inner == 1.0
+
+
 def test_a_raw_document_recorded_before_the_library_field_predicts_with_the_library_its_calibration_names():
     raw = json.loads(SMOKE_FIXTURE.read_text())
     tb = raw["testbeds"][0]
@@ -296,7 +325,7 @@ def test_report_top1_matches_its_own_case_table(report):
 
 
 def test_summary_doc_reports_the_simulator_and_alpha_beta_side_by_side(report, tmp_path):
-    doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json", tmp_path / "p.png")
+    doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json")
     sim, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
     assert {k: doc[k] for k in SUMMARY_FIELDS} == {k: sim[k] for k in SUMMARY_FIELDS}
     assert doc["alpha_beta"] == {k: ab[k] for k in (*SUMMARY_FIELDS, *NEW_FIELDS)}
@@ -323,10 +352,21 @@ def test_cli_from_raw(tmp_path):
     r = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--from-raw", str(FIXTURE), "--out", str(out),
                         *plotting, "--summary", str(summary)], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "top1" in r.stdout
+    rows = {line.split()[1]: line.split()[3:6:2] for line in r.stdout.splitlines() if line.startswith("│")}
+    sim, ab = (json.loads(out.read_text())["summary"][k] for k in ("simulator", "alpha-beta"))
+    assert rows["top1"] == [f"{sim['top1']:.3f}", f"{ab['top1']:.3f}"] and rows["cases"] == ["6", "6"]
+    assert rows["top10"] == ["-", "-"] and len(rows) == 21  # one row a metric
     assert json.loads(summary.read_text())["cases"] == 6
     assert json.loads(out.read_text())["summary"]["simulator"]["cases"] == 6
     assert png.exists() or not plotting
+
+
+def test_cli_without_scipy_says_what_to_install_in_one_line():
+    code = ("import sys; sys.modules['scipy'] = None; from scripts.accuracy.cli import main; "
+            f"sys.exit(main(['--from-raw', {str(FIXTURE)!r}, '--out', {str(ROOT / 'unused.json')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr == "error: the accuracy report needs scipy: pip install -e '.[scripts]'\n"
+    assert not (ROOT / "unused.json").exists()
 
 
 # ---- end to end on a real testbed (root) ----------------------------------------------------
@@ -437,7 +477,7 @@ def test_pipelined_variants_are_drawn_without_a_model_and_uniformly():
 
 
 def test_the_report_predicts_a_pipelined_program_as_the_solver_does_and_breaks_errors_down_by_kind():
-    from scripts.accuracy.report import by_pipeline
+    from scripts.accuracy.aggregate import by_pipeline
     from p2synth.hierarchies.placement import Axis, Placement
     from p2synth.hierarchies.program import default_program
     from scripts.accuracy.programs import all_programs, make_request, predict
@@ -458,7 +498,7 @@ def test_the_report_predicts_a_pipelined_program_as_the_solver_does_and_breaks_e
 
 
 def _a_case(pl, req, programs, measured):
-    from scripts.accuracy.report import Case
+    from scripts.accuracy.cases import Case
 
     return Case(testbed="t", combo=1, fit=False, placement=pl, request=req, axes_key="", request_key="", nbytes=1 << 20,
                 programs=programs, lengths=[len(p.steps) for p in programs], measured=measured, default_index=0,
@@ -584,7 +624,6 @@ def test_a_pipelined_program_holds_the_step_overhead_as_often_as_the_solver_coun
     ``steps + P - 1`` times, what the pipeline formula gives for stages that cost the overhead alone."""
     from p2synth.hierarchies.placement import Axis, Placement
     from scripts.accuracy.programs import all_programs, make_request
-    from scripts.accuracy.report import overhead_calls
     from p2synth.solver.cost import PY, pipelined_seconds
 
     h = Hierarchy(name="t", levels=({"name": "node", "count": 2}, {"name": "core", "count": 2}))

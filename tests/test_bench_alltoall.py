@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from scripts.accuracy.report import build_report, measured_time
+from scripts.accuracy.cases import measured_time
+from scripts.accuracy.report import build_report
 from scripts.bench_alltoall import rows
 from scripts.tables import printed_rows
 from tests.runtime_support import ROOT, testbed_skip_reason

@@ -2,6 +2,7 @@
 arguments get one line and exit 2 (the testbed runs themselves are in docs/measurements/remeasure-campaign-defaults.txt)."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,26 @@ def test_bad_arguments_get_one_line_and_exit_2(args, says, capsys, tmp_path):
     assert remeasure.main([str(RAW), *args, "--workdir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("remeasure: ") and says in err[0]
+
+
+def test_main_prints_one_table_row_per_combo_and_stops_at_a_failed_tuner_run(raw, monkeypatch, capsys, tmp_path):
+    """runtime.tune stood in for: combo 2 measures every program at its record, combo 21 fails."""
+    def tune(cmd, **kw):
+        plan = json.loads(Path(cmd[cmd.index("runtime.tune") + 1]).read_text())
+        if "plan-21" in cmd[cmd.index("runtime.tune") + 1]:
+            return subprocess.CompletedProcess(cmd, 1, "", "no testbed")
+        _, results, _, _ = remeasure.recorded(raw, "4x2-1gbit", 2, 4 << 20)
+        body = plan["placements"][0]["requests"][0]
+        body["default"]["measured_s"] = results[0]["time_s"]
+        for p, r in zip(body["programs"], results[1:]):
+            p["measured_s"] = r["time_s"]
+        Path(cmd[cmd.index("--out") + 1]).write_text(json.dumps(plan))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(remeasure.subprocess, "run", tune)
+    args = [str(RAW), "--testbed", "4x2-1gbit", "--size", "4M", "--combo", "2", "--combo", "21", "--workdir", str(tmp_path)]
+    assert remeasure.main(args) == 1
+    out, err = capsys.readouterr()
+    [row] = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│ 2 ")]
+    assert [c.strip() for c in row[2:]] == ["4M", "236.2", "236.2", "31", "1.00", "1.00", "1.00"]
+    assert err == "remeasure: combo 21: runtime.tune exited 1: no testbed\n"

@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
 
 
 def parse_args(argv):
@@ -36,7 +38,14 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
+    """Measure a suite (or read raw measurements), write the report and what else is asked, print the summary table;
+    0 done, 2 bad arguments or a missing dependency (one line on stderr)."""
     args = parse_args(argv)
+    try:  # before measuring: a run of hours must not end without its report
+        from scripts.accuracy.report import build_report
+    except ModuleNotFoundError as e:
+        print(f"error: the accuracy report needs {e.name}: pip install -e '.[scripts]'", file=sys.stderr)
+        return 2
     if args.from_raw:
         raw = merge_raw([json.loads(p.read_text()) for p in args.from_raw])
         raw_name = " ".join(str(p) for p in args.from_raw)
@@ -63,22 +72,25 @@ def main(argv=None) -> int:
         raw = measure_suite(suite, args.workdir, raw_path, log=lambda s: print(s, file=sys.stderr, flush=True),
                             only=tuple(args.testbed), resume=resume)
         raw_name = str(raw_path)
-    from scripts.accuracy.report import build_report, plot, plot_regret, summary_doc
+    from scripts.accuracy.summary import summary_doc
 
     report = build_report(raw)
     report["raw"] = raw_name
     args.out.write_text(json.dumps(report, separators=(",", ":")) + "\n")
-    if args.plot:
-        plot(report, args.plot)
-    if args.regret_plot:
-        plot_regret(report, args.regret_plot)
+    if args.plot or args.regret_plot:
+        from scripts.accuracy.plots import plot, plot_regret
+
+        if args.plot:
+            plot(report, args.plot)
+        if args.regret_plot:
+            plot_regret(report, args.regret_plot)
     if args.fitted_dir:
         args.fitted_dir.mkdir(parents=True, exist_ok=True)
         for name, h in report["hierarchies"].items():
             (args.fitted_dir / f"{name}.json").write_text(json.dumps(h, indent=2) + "\n")
     if args.summary:
-        args.summary.write_text(json.dumps(summary_doc(report, raw_name, args.plot), indent=2) + "\n")
-    print(render(report))
+        args.summary.write_text(json.dumps(summary_doc(report, raw_name), indent=2) + "\n")
+    Console().print(summary_table(report))
     return 0
 
 
@@ -109,34 +121,25 @@ def merge_raw(raws: list[dict]) -> dict:
             "finished": raws[-1].get("finished"), "testbeds": [tb for r in raws for tb in r["testbeds"]]}
 
 
-def render(report: dict) -> str:
-    lines = [f"held-out cases: {report['summary']['simulator']['cases']}  (fit cases: {report['fit']['cases']})"]
-    lines[0] += f"  protocol: {report.get('protocol')}"
-    keys = ["cases", "ties", "top1", "top5", "cases_over_5_programs", "top10", "cases_over_10_programs", "spearman",
-            "median_rel_error", "max_rel_error", "pick_loss_5pct", "pick_regret_median", "pick_regret_max", "tuned_loss_5pct",
-            "tuned_regret_median", "noise_median", "win_fraction", "max_speedup", "mean_speedup", "placement_spread_max",
-            "placement_spread_mean"]
-    lines.append(f"{'metric':<24}{'simulator':>12}{'alpha-beta':>12}")
-    for k in keys:
-        a, b = report["summary"]["simulator"].get(k), report["summary"]["alpha-beta"].get(k)
-        f = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
-        lines.append(f"{k:<24}{f(a):>12}{f(b):>12}")
-    return "\n".join(lines)
+SUMMARY_ROWS = ("cases", "ties", "top1", "top5", "cases_over_5_programs", "top10", "cases_over_10_programs", "spearman",
+                "median_rel_error", "max_rel_error", "pick_loss_5pct", "pick_regret_median", "pick_regret_max",
+                "tuned_loss_5pct", "tuned_regret_median", "noise_median", "win_fraction", "max_speedup", "mean_speedup",
+                "placement_spread_max", "placement_spread_mean")
 
 
-def markdown(report: dict) -> str:
-    """The summary as a Markdown table (simulator, alpha-beta, and the paper's figures)."""
-    s, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
-    paper = {"win_fraction": "0.69", "max_speedup": "2.04", "mean_speedup": "1.27", "top10": "> 0.9"}
-    target = {"top1": ">= 0.80", "top10": ">= 0.99", "spearman": ">= 0.9", "median_rel_error": "<= 0.15",
-              "pick_loss_5pct": "<= 0.02", "tuned_loss_5pct": "0", "tuned_regret_median": "<= 1.02"}
-    rows = ["| metric | simulator | alpha-beta | target | paper |", "|---|---|---|---|---|"]
-    keys = ["cases", "ties", "top1", "top5", "top10", "cases_over_5_programs", "cases_over_10_programs",
-            "top1_within_5pct", "pick_loss_5pct", "pick_regret_median", "pick_regret_max", "tuned_loss_5pct",
-            "tuned_regret_median", "noise_median", "spearman", "spearman_median", "median_rel_error",
-            "max_rel_error", "win_fraction", "max_speedup", "mean_speedup", "min_speedup", "placement_spread_max",
-            "placement_spread_mean", "best_placement_picked"]
-    f = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
-    for k in keys:
-        rows.append(f"| {k} | {f(s.get(k))} | {f(ab.get(k))} | {target.get(k, '')} | {paper.get(k, '')} |")
-    return "\n".join(rows)
+def summary_table(report: dict) -> Table:
+    """The held-out figures of the simulator and of alpha-beta side by side, one metric a row."""
+    sim, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
+    table = Table(title=f"held-out cases: {sim['cases']} (fit cases: {report['fit']['cases']})",
+                  caption=f"protocol: {report.get('protocol')}")
+    table.add_column("metric")
+    table.add_column("simulator", justify="right")
+    table.add_column("alpha-beta", justify="right")
+    for k in SUMMARY_ROWS:
+        table.add_row(k, _cell(sim.get(k)), _cell(ab.get(k)))
+    return table
+
+
+def _cell(value) -> str:
+    """A figure as the table shows it: three decimals for a fraction or ratio, '-' for none."""
+    return "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))

@@ -7,42 +7,27 @@ hits when its pick (or, for top-k, one of its k best) is among them.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
+
+from scipy import stats
 
 from p2synth.runtime.stats import Interval, pick, within_noise
 
 
 def ranks(values: Sequence[float]) -> list[float]:
-    """Average ranks (1-based), ties share the mean rank."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            out[order[t]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
+    """Average ranks (1-based), ties share the mean rank (``scipy.stats.rankdata``, method "average")."""
+    return stats.rankdata(values, method="average").tolist()
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Spearman rank correlation (Pearson on average ranks); None with fewer than 3 points or no spread."""
+    """Spearman rank correlation (Pearson on average ranks, ``scipy.stats.spearmanr``); None with fewer than 3 points
+    or no spread (all of `xs` or all of `ys` equal)."""
     if len(xs) != len(ys):
         raise ValueError("length mismatch")
-    if len(xs) < 3:
+    if len(xs) < 3 or len(set(xs)) == 1 or len(set(ys)) == 1:
         return None
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx = math.fsum((a - mx) ** 2 for a in rx)
-    syy = math.fsum((b - my) ** 2 for b in ry)
-    if sxx == 0 or syy == 0:
-        return None
-    return sxy / math.sqrt(sxx * syy)
+    return float(stats.spearmanr(xs, ys).statistic)
 
 
 def discordant_pairs(predicted: Sequence[float], intervals: Sequence[Interval]) -> tuple[int, int]:

@@ -6,7 +6,8 @@
 Per combo: a workload plan of exactly the programs the record measured at that size (the default
 included; ``measure.combo_plan``), timed by ``runtime.tune`` with the record's knobs (warm-up, iters,
 repeats) on the running testbed; it prints the default's recorded and new medians and, over every
-program, the median, smallest and largest of new / recorded. The record is not changed: this checks
+program, the median, smallest and largest of new / recorded, one table row per combo (printed at the
+end, and before the error line when a tuner run fails). The record is not changed: this checks
 whether a recorded measurement reproduces. Exit codes: 0 done; 1 a tuner run failed; 2 bad arguments
 (an unknown testbed, combo or size; one line on stderr).
 """
@@ -19,6 +20,9 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
 
 from p2synth.hierarchies import Axis, Hierarchy, Placement
 from p2synth.hierarchies.cli import parse_size
@@ -80,22 +84,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"remeasure: {e}", file=sys.stderr)
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
-    suite = raw["suite"]
+    table, console = comparison_table(), Console()
     for combo, plan, results, iters, label in runs:
-        plan_path, tuned_path = args.workdir / f"plan-{combo}.json", args.workdir / f"tuned-{combo}.json"
-        plan_path.write_text(json.dumps(plan))
-        cmd = [sys.executable, "-m", "scripts.testbed", "run", "--", "python", "-m", "runtime.tune", str(plan_path),
-               "--out", str(tuned_path), "--top", str(len(results) - 1), "--no-refit", "--warmup", str(suite["warmup"]),
-               "--iters", str(iters), "--repeats", str(suite["repeats"])]
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            print(f"remeasure: combo {combo}: runtime.tune exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}", file=sys.stderr)
+        try:
+            old, new, ratios = remeasure(args.workdir, combo, plan, len(results) - 1, iters, raw["suite"], results)
+        except RuntimeError as e:
+            if table.row_count:
+                console.print(table)
+            print(f"remeasure: {e}", file=sys.stderr)
             return 1
-        old, new, ratios = compare(results, json.loads(tuned_path.read_text()))
-        print(f"combo {combo} {label} at {args.size}: default recorded "
-              f"{old * 1e3:.1f} ms, now {new * 1e3:.1f} ms; {len(ratios)} programs, now / recorded median "
-              f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
+        table.add_row(str(combo), label, args.size, f"{old * 1e3:.1f}", f"{new * 1e3:.1f}", str(len(ratios)),
+                      f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", f"{max(ratios):.2f}")
+    console.print(table)
     return 0
+
+
+def comparison_table() -> Table:
+    """The table main prints: per combo, the default's recorded and new median and new / recorded over its programs."""
+    table = Table()
+    for name in ("combo", "placement and request", "size"):
+        table.add_column(name)
+    for name in ("default recorded (ms)", "default now (ms)", "programs", "now / recorded median", "min", "max"):
+        table.add_column(name, justify="right")
+    return table
+
+
+def remeasure(workdir: Path, combo: int, plan: dict, top: int, iters: int, suite: dict,
+              results: list[dict]) -> tuple[float, float, list[float]]:
+    """Time `plan` (combo `combo`'s recorded programs) with ``runtime.tune`` on the running testbed, with the record's
+    knobs, and compare with the record (``compare``); RuntimeError naming the combo when the tuner fails."""
+    plan_path, tuned_path = workdir / f"plan-{combo}.json", workdir / f"tuned-{combo}.json"
+    plan_path.write_text(json.dumps(plan))
+    cmd = [sys.executable, "-m", "scripts.testbed", "run", "--", "python", "-m", "runtime.tune", str(plan_path),
+           "--out", str(tuned_path), "--top", str(top), "--no-refit", "--warmup", str(suite["warmup"]),
+           "--iters", str(iters), "--repeats", str(suite["repeats"])]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"combo {combo}: runtime.tune exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return compare(results, json.loads(tuned_path.read_text()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,125 @@
+"""The cases of an accuracy run, read from its raw document.
+
+A case is one (testbed, placement, request, size) with at least two measured programs, the default
+among them. The measured time of a program is the median of its interleaved repeats, with the
+distribution-free 95% interval of runtime/stats.py; the programs within noise of the
+measured-fastest are the case's right answers (ties).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement
+from p2synth.hierarchies.program import Program
+from p2synth.runtime.calibration import library_of
+from p2synth.runtime.layout import plan_layout
+from p2synth.runtime.stats import Interval, median_interval, relative_spread, ties
+from scripts.accuracy.programs import make_request
+
+
+def measured_interval(r: dict) -> Interval:
+    """A raw result's median over its repeats and 95% interval (the tuner's own figures)."""
+    return median_interval(r["repeats_s"]) if r.get("repeats_s") else median_interval([r["time_s"]])
+
+
+def measured_time(r: dict) -> float:
+    """The measured time of a raw result: the median over its repeats."""
+    return measured_interval(r).median
+
+
+def halves(r: dict) -> tuple[float, float] | None:
+    """A raw result's two independent half-measurements: the medians of its even and of its odd rounds (None with
+    fewer than two rounds). How well one half predicts the other is the measurement's own repeatability."""
+    rounds = r.get("repeats_s") or []
+    return (statistics.median(rounds[0::2]), statistics.median(rounds[1::2])) if len(rounds) >= 2 else None
+
+
+@dataclass
+class Case:
+    """One (testbed, placement, request, size) with every measured program; ``predicted`` maps a model's name to
+    its prediction of each program (filled in by the fitting)."""
+
+    testbed: str
+    combo: int
+    fit: bool
+    placement: Placement
+    request: object
+    axes_key: str
+    request_key: str
+    nbytes: int
+    programs: list[Program]
+    lengths: list[int]
+    measured: list[float]
+    default_index: int
+    transposes: list[int]
+    intervals: list[Interval] = field(default_factory=list)
+    spreads: list[float] = field(default_factory=list)
+    halves: list[tuple[float, float] | None] = field(default_factory=list)
+    predicted: dict = field(default_factory=dict)
+
+    @property
+    def right(self) -> list[int]:
+        """The programs within noise of the measured-fastest (any of them is a right pick)."""
+        return ties(self.intervals)
+
+
+def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
+    """Cases and each testbed's calibrated hierarchy from a raw document."""
+    fit_every = int(raw["suite"].get("fit_every", 4))
+    cases, hierarchies = [], {}
+    for tb in raw["testbeds"]:
+        if "hierarchy" not in tb:
+            continue
+        name = tb["testbed"]["name"]
+        h = Hierarchy.model_validate(tb["hierarchy"])
+        if h.library is None:  # recorded before calibration wrote it: the library its calibration names
+            h = h.model_copy(update={"library": library_of(tb.get("calibration", {}).get("mpi", ""))})
+        hierarchies[name] = h
+        for combo in tb["combos"]:
+            if "results" in combo:
+                cases += combo_cases(name, h, combo, fit_every)
+    return cases, hierarchies
+
+
+def combo_cases(testbed: str, h: Hierarchy, combo: dict, fit_every: int) -> list[Case]:
+    """The cases of one raw combo of `testbed` (calibrated hierarchy `h`), one per size with two or more programs
+    measured right and the default among them; the combo is in the fit subset when its index is a multiple of
+    `fit_every`."""
+    axes = tuple(Axis(name=a, size=s) for a, s in combo["axes"])
+    pl = Placement(h, axes, tuple(tuple(r) for r in combo["matrix"]))
+    names = tuple(combo["request"]["axes"])
+    req = make_request(pl, names, combo["request"]["collective"])
+    by_size = defaultdict(list)
+    for r in combo["results"]:
+        if not r.get("wrong"):
+            by_size[r["nbytes"]].append(r)
+    cases = []
+    for nbytes, rs in sorted(by_size.items()):
+        progs = [Program.from_json(r["program"], pl) for r in rs]
+        dflt = [i for i, r in enumerate(rs) if r["default"]]
+        if len(rs) < 2 or not dflt:
+            continue
+        cases.append(Case(
+            testbed=testbed, combo=combo["index"], fit=combo["index"] % fit_every == 0, placement=pl, request=req,
+            axes_key="x".join(f"{a}={s}" for a, s in combo["axes"]),
+            request_key=f"{combo['request']['collective']}({','.join(names)})", nbytes=nbytes, programs=progs,
+            lengths=[len(p.steps) for p in progs], measured=[measured_time(r) for r in rs], default_index=dflt[0],
+            transposes=[r["transposes"] if "transposes" in r else plan_layout(pl, req, p).transposes for r, p in zip(rs, progs)],
+            intervals=[measured_interval(r) for r in rs],
+            spreads=[relative_spread(r["repeats_s"]) if r.get("repeats_s") else 0.0 for r in rs],
+            halves=[halves(r) for r in rs]))
+    return cases
+
+
+def contention_ratios(raw: dict) -> dict[str, float]:
+    """Per testbed: calibration's summing rate per rank with all ranks at once over one rank alone."""
+    out = {}
+    for tb in raw["testbeds"]:
+        red = (tb.get("calibration") or {}).get("reduce") or {}
+        if red.get("rank0_alone_GBps") and red.get("all_at_once_median_GBps"):
+            out[tb["testbed"]["name"]] = min(1.0, red["all_at_once_median_GBps"] / red["rank0_alone_GBps"])
+    return out
