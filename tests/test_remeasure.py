@@ -47,7 +47,7 @@ def test_the_comparison_pairs_each_program_with_its_record(raw):
 def test_bad_arguments_get_one_line_and_exit_2(args, says, capsys, tmp_path):
     assert remeasure.main([str(RAW), *args, "--workdir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("remeasure: ") and says in err[0]
+    assert len(err) == 1 and err[0].startswith("error: ") and says in err[0]
 
 
 def test_main_prints_one_table_row_per_combo_and_stops_at_a_failed_tuner_run(raw, monkeypatch, capsys, tmp_path):
@@ -70,4 +70,13 @@ def test_main_prints_one_table_row_per_combo_and_stops_at_a_failed_tuner_run(raw
     out, err = capsys.readouterr()
     [row] = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│ 2 ")]
     assert [c.strip() for c in row[2:]] == ["4M", "236.2", "236.2", "31", "1.00", "1.00", "1.00"]
-    assert err == "remeasure: combo 21: runtime.tune exited 1: no testbed\n"
+    assert err == "error: combo 21: runtime.tune exited 1: no testbed\n"
+
+
+def test_a_bad_command_line_is_one_line_and_exit_2_in_both_accuracy_tools(capsys):
+    from scripts.accuracy import cli
+
+    assert remeasure.main([]) == 2
+    assert capsys.readouterr().err == "error: the following arguments are required: raw, --testbed, --size, --combo\n"
+    assert cli.main(["--from-raw", str(RAW)]) == 2
+    assert capsys.readouterr().err == "error: the following arguments are required: --out\n"

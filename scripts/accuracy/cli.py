@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,9 +15,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError
+
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m scripts.accuracy", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m scripts.accuracy", description=__doc__.split("\n")[0])
     p.add_argument("--suite", default="default", help="suite name (default, tiny) or a suite JSON file")
     p.add_argument("--testbed", action="append", default=[], metavar="NAME",
                    help="measure only this testbed of the suite (repeatable); merge the raw files afterwards with --from-raw")
@@ -40,7 +41,11 @@ def parse_args(argv):
 def main(argv=None) -> int:
     """Measure a suite (or read raw measurements), write the report and what else is asked, print the summary table;
     0 done, 2 bad arguments or a missing dependency (one line on stderr)."""
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     try:  # before measuring: a run of hours must not end without its report
         from scripts.accuracy.report import build_report
     except ModuleNotFoundError as e:

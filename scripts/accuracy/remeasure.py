@@ -14,7 +14,6 @@ whether a recorded measurement reproduces. Exit codes: 0 done; 1 a tuner run fai
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -25,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from p2synth.hierarchies import Axis, Hierarchy, Placement
-from p2synth.hierarchies.cli import parse_size
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, parse_size
 from p2synth.hierarchies.program import Program
 from scripts.accuracy.measure import combo_plan
 
@@ -69,20 +68,20 @@ def _key(program: dict, is_default: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Re-measure each requested combo and print the comparison."""
-    ap = argparse.ArgumentParser(prog="python -m scripts.accuracy.remeasure", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m scripts.accuracy.remeasure", description=__doc__.split("\n")[0])
     ap.add_argument("raw", type=Path, help="the accuracy run's raw JSON (docs/accuracy/raw.json)")
     ap.add_argument("--testbed", required=True, help="the testbed's name in the record (the running testbed must be that one)")
     ap.add_argument("--size", required=True, help="message size, e.g. 4M")
     ap.add_argument("--combo", type=int, action="append", required=True, help="combo index (repeatable)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-remeasure"), help="plans and tuned files")
-    args = ap.parse_args(argv)
     try:
+        args = ap.parse_args(argv)
         raw = json.loads(args.raw.read_text())
         size = parse_size(args.size)
         runs = [(combo, *recorded(raw, args.testbed, combo, size)) for combo in args.combo]
-    except (OSError, ValueError, KeyError) as e:
-        print(f"remeasure: {e}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError, KeyError) as e:  # UsageError is a ValueError
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     args.workdir.mkdir(parents=True, exist_ok=True)
     table, console = comparison_table(), Console()
     for combo, plan, results, iters, label in runs:
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             if table.row_count:
                 console.print(table)
-            print(f"remeasure: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)
             return 1
         table.add_row(str(combo), label, args.size, f"{old * 1e3:.1f}", f"{new * 1e3:.1f}", str(len(ratios)),
                       f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", f"{max(ratios):.2f}")
