@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from p2synth.hierarchies.cli import enum_argument, sizes_argument
+from p2synth.hierarchies.layout import plan_layout
 from p2synth.runtime.backends import Backend, BackendKind
 from p2synth.runtime.data import (
     ITEMSIZE,
@@ -57,7 +58,7 @@ from p2synth.runtime.job import (
     run_guarded,
     start_job,
 )
-from p2synth.runtime.layout import Role, plan_layout
+from p2synth.runtime.layout import Role
 from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
 from p2synth.runtime.plan import Selection, select
 from p2synth.runtime.report import (

@@ -39,20 +39,13 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from p2synth.hierarchies.layout import Exchange, Layout, LayoutPlan, held_chunks, plan_layout
 from p2synth.hierarchies.placement import Cell, Placement
 from p2synth.hierarchies.program import Collective, Program, Request
 from p2synth.runtime.backends import Backend, GroupComm, Lane
 from p2synth.runtime.data import DTYPE, recv_count, send_count
 from p2synth.runtime.faults import Call, Fault, FaultKind, faulty_exchange, group_size
-from p2synth.runtime.layout import (
-    Exchange,
-    Layout,
-    LayoutPlan,
-    Role,
-    assign_buffers,
-    held_chunks,
-    plan_layout,
-)
+from p2synth.runtime.layout import Role, assign_buffers
 
 
 class Buffers:

@@ -1,6 +1,6 @@
 """Deliberate faults, to show that the exact check sees them (``runtime.bench --inject KIND``).
 
-A fault strikes one action of a program's layout plan (runtime/layout.py): the
+A fault strikes one action of a program's layout plan (hierarchies/layout.py): the
 first action it applies to, the same on every rank, so that every rank still
 makes the same collective calls (a fault never deadlocks the job). The kinds:
 
@@ -45,10 +45,10 @@ from enum import Enum
 from itertools import combinations
 from typing import Any
 
+from p2synth.hierarchies.layout import Exchange, LayoutPlan, Transpose, held_chunks
 from p2synth.hierarchies.placement import Cell, Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.runtime.backends import Backend
-from p2synth.runtime.layout import Exchange, LayoutPlan, Transpose, held_chunks
 
 VICTIM = 0  # the rank that swaps, drops or doubles
 SUMMING_OPS = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)

@@ -35,7 +35,7 @@ import pytest
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Program, Request, Step
 from p2synth.hierarchies.abstract import enumerate_programs
 from p2synth.hierarchies.program import to_program
-from p2synth.solver.exports.layout import RequestLayout, identifiers, plan_module
+from p2synth.solver.exports.planning import RepackPlan, RequestPlan, identifiers, plan_module
 from p2synth.solver.exports import EXPORTERS, ExportRequest, export_jax, export_torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,17 +152,28 @@ def test_all_to_all_exports_call_the_frameworks_all_to_all_over_each_step_group(
     program = Program((Step(Collective.ALL_TO_ALL, (node,)), Step(Collective.ALL_TO_ALL, (gpu,))))
     torch_src = export_torch(placement, [("token_dispatch", request, program, 1 << 20)])
     assert "dist.all_to_all_single(out.view(-1), send.view(-1), group=group)" in torch_src
-    assert 'x = _all_to_all(x, mesh.get_group("data@node"), lead=(0,))' in torch_src
-    assert 'x = _all_to_all(x, mesh.get_group("data@gpu"), lead=(1,))' in torch_src
-    assert "x = _chunked(tensor, (2, 4))  # buffer [data@node, data@gpu, *]" in torch_src
+    body = torch_src[torch_src.index("def token_dispatch"):].split('    """\n')[1]
+    assert body.split("\n")[:9] == [
+        "    x = _chunked(tensor, (2, 4))  # buffer [data@node, data@gpu, *]",
+        "    # 1. A2A(data@node): exchanged over the slice, buffer [data@node, data@gpu, *]",
+        '    x = _all_to_all(x, mesh.get_group("data@node"))',
+        "    # repack: buffer -> [data@gpu, data@node, *]",
+        "    x = x.permute(1, 0, 2).contiguous()",
+        "    # 2. A2A(data@gpu): exchanged over the slice, buffer [data@gpu, data@node, *]",
+        '    x = _all_to_all(x, mesh.get_group("data@gpu"))',
+        "    # repack: buffer -> [data@node, data@gpu, *]",
+        "    x = x.permute(1, 0, 2).contiguous()",
+    ]
     assert torch_src.rstrip().endswith('"token_dispatch": token_dispatch,\n}')
     jax_src = export_jax(placement, [("token_dispatch", request, program, 1 << 20)])
-    assert "out = lax.all_to_all(send.reshape(-1), axes, 0, 0, tiled=True)" in jax_src
-    assert 'x = _all_to_all(x, ("data@node",), lead=(0,))' in jax_src and 'x = _all_to_all(x, ("data@gpu",), lead=(1,))' in jax_src
+    assert "out = lax.all_to_all(x.reshape(-1), axes, 0, 0, tiled=True)" in jax_src
+    assert 'x = _all_to_all(x, ("data@node",))' in jax_src and 'x = _all_to_all(x, ("data@gpu",))' in jax_src
+    assert jax_src.count("x = jnp.transpose(x, (1, 0, 2))") == 2
     assert "import jax.numpy as jnp" in jax_src
     flat = Program((Step(Collective.ALL_TO_ALL, (node, gpu)),))
     torch_flat = export_torch(placement, [("a2a", request, flat, 1 << 20)])
-    assert 'x = _all_to_all(x, _FLAT_GROUPS[("data@node", "data@gpu")], lead=(0, 1))' in torch_flat
+    assert 'x = _all_to_all(x, _FLAT_GROUPS[("data@node", "data@gpu")])' in torch_flat
+    assert ".permute(" not in torch_flat  # the one step's slice leads the canonical order
     for source in (torch_src, jax_src, torch_flat):
         compile(source, "plan.py", "exec")
 
@@ -349,7 +360,7 @@ def test_single_device_placement_is_rejected() -> None:
         export_torch(placement, [])
 
 
-def simulate(placement: Placement, plan: RequestLayout, inputs: np.ndarray) -> dict[int, np.ndarray]:
+def simulate(placement: Placement, plan: RequestPlan, inputs: np.ndarray) -> dict[int, np.ndarray]:
     """Run a request plan on every device with numpy, numbering a group's members in rank order.
 
     This is what the frameworks do: torch numbers a group's ranks in rank order, and JAX numbers
@@ -359,13 +370,17 @@ def simulate(placement: Placement, plan: RequestLayout, inputs: np.ndarray) -> d
     if not plan.steps:
         return {r: inputs[r] for r in range(n)}
     xs = {r: inputs[r].reshape(*plan.layout_sizes, -1) for r in range(n)}
-    for step in plan.steps:
-        cells = {placement.cell_from_names(*name.split("@")) for name in step.dims}
+    for action in plan.actions:
+        if isinstance(action, RepackPlan):
+            xs = {r: np.transpose(x, action.axes) for r, x in xs.items()}
+            continue
+        cells = {placement.cell_from_names(*name.split("@")) for name in action.dims}
         groups: dict[tuple, list[int]] = {}
         for r in range(n):
             groups.setdefault(tuple(v for c, v in sorted(placement.digits(r).items()) if c not in cells), []).append(r)
         for members in groups.values():
-            simulate_group(step, members, xs)
+            simulate_group(action, members, xs)
+        assert all(x.ndim == len(action.layout) + 1 for x in xs.values())
     g = plan.group_size
     final = {
         Collective.REDUCE_SCATTER: lambda x: x.reshape(inputs.shape[1] // g, *inputs.shape[2:]),
@@ -375,8 +390,8 @@ def simulate(placement: Placement, plan: RequestLayout, inputs: np.ndarray) -> d
 
 
 def simulate_group(step, members: list[int], xs: dict[int, np.ndarray]) -> None:
-    """Apply one step to one group (members in rank order), in place on `xs`."""
-    front = tuple(range(len(step.lead)))
+    """Apply one step to one group (members in rank order), in place on `xs`; the slice's dims lead where they must."""
+    k = len(members)
     if step.op is Collective.ALL_REDUCE:
         total = sum(xs[m] for m in members)
         for m in members:
@@ -389,21 +404,20 @@ def simulate_group(step, members: list[int], xs: dict[int, np.ndarray]) -> None:
         for m in members[1:]:
             xs[m] = xs[members[0]].copy()
     elif step.op is Collective.REDUCE_SCATTER:
-        sends = [np.moveaxis(xs[m], step.lead, front) for m in members]
-        total = sum(sends)
-        rest = total.shape[len(front):]
+        total = sum(xs[m] for m in members)
+        assert total.shape[: len(step.dims)] == step.sizes
+        rest = total.shape[len(step.dims):]
         for i, m in enumerate(members):
-            xs[m] = total.reshape(len(members), -1)[i].reshape(rest)
+            xs[m] = total.reshape(k, -1)[i].reshape(rest)
     elif step.op is Collective.ALL_TO_ALL:  # block i of member j's send goes to member i, at place j
-        sends = [np.moveaxis(xs[m], step.lead, front) for m in members]
-        k = len(members)
+        sends = [xs[m] for m in members]
+        assert sends[0].shape[: len(step.dims)] == step.sizes
         for i, m in enumerate(members):
-            got = np.stack([s.reshape(k, -1)[i] for s in sends]).reshape(sends[i].shape)
-            xs[m] = np.moveaxis(got, front, step.lead)
+            xs[m] = np.stack([s.reshape(k, -1)[i] for s in sends]).reshape(sends[i].shape)
     else:  # all_gather
         gathered = np.concatenate([xs[m].reshape(-1) for m in members]).reshape(*step.sizes, *xs[members[0]].shape)
         for m in members:
-            xs[m] = np.moveaxis(gathered, front, step.lead)
+            xs[m] = gathered.copy()
 
 
 @pytest.mark.parametrize(("case", "item"), ENTRIES, ids=ENTRY_IDS)

@@ -16,7 +16,7 @@ import pytest
 
 from p2synth.hierarchies import Collective, Program, Step, default_program
 from p2synth.runtime.faults import FaultKind, place_fault
-from p2synth.runtime.layout import plan_layout
+from p2synth.hierarchies.layout import plan_layout
 from tests.runtime_support import (
     CASES,
     EACH,

@@ -12,7 +12,7 @@ generated code.
 from enum import Enum
 
 from p2synth.hierarchies.plan_file import PlanFile
-from p2synth.solver.exports.layout import ExportRequest
+from p2synth.solver.exports.planning import ExportRequest
 from p2synth.solver.exports.to_jax import export_jax
 from p2synth.solver.exports.to_torch import export_torch
 

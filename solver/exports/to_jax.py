@@ -3,7 +3,7 @@
 The generated module imports only jax and numpy (and ``math``). ``build_mesh()``
 builds a ``jax.sharding.Mesh`` whose axes are the placement's cells, outer to
 inner, with device ``r`` of ``jax.devices()`` at the coordinate whose row-major
-index is ``r`` (see :mod:`solver.exports.layout`). One function per request,
+index is ``r`` (see :mod:`solver.exports.planning`). One function per request,
 ``name(tensor)``, runs its program inside ``shard_map`` with ``lax.psum``,
 ``lax.psum_scatter``, ``lax.all_gather`` and ``lax.all_to_all`` over tuples
 of axis names;
@@ -19,24 +19,13 @@ from __future__ import annotations
 
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
-from p2synth.solver.exports.layout import (
-    ExportRequest,
-    ModulePlan,
-    RequestLayout,
-    StepPlan,
-    header,
-    helper_lines,
-    plan_module,
-    py_strings,
-    request_function,
-    requests_table,
-)
+from p2synth.solver.exports.planning import ActionPlan, ExportRequest, ModulePlan, RequestPlan, StepPlan, plan_module
+from p2synth.solver.exports.rendering import header, helper_lines, py_strings, request_function, requests_table
 
 
 def _imports(plan: ModulePlan) -> list[str]:
-    """The module's imports: jax.numpy only if a helper moves axes or masks values, lax only if there are steps."""
-    jnp = any(plan.uses(op) for op in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.BROADCAST,
-                                       Collective.ALL_TO_ALL))
+    """The module's imports: jax.numpy only if a request repacks or a helper masks values, lax only if there are steps."""
+    jnp = plan.repacks or plan.uses(Collective.BROADCAST)
     lax = any(r.steps for r in plan.requests)
     return [
         "import math",
@@ -61,36 +50,33 @@ _REDUCE_SCATTER = '''
 def _reduce_scatter(x, axes, lead):
     """Sum `x` over the mesh axes `axes`; keep this member's part.
 
-    The dims `lead` of `x` (the slice's cells, in the order of `axes`) index the members: they
-    are moved to the front and flattened, so the member whose index over `axes` is i keeps block i.
+    The first `lead` dims of `x` (the slice's cells, in the order of `axes`) index the members:
+    flattened, the member whose index over `axes` is i keeps block i.
     """
-    send = jnp.moveaxis(x, lead, tuple(range(len(lead))))
-    out = lax.psum_scatter(send.reshape(-1), axes, scatter_dimension=0, tiled=True)
-    return out.reshape(send.shape[len(lead):])
+    out = lax.psum_scatter(x.reshape(-1), axes, scatter_dimension=0, tiled=True)
+    return out.reshape(x.shape[lead:])
 '''
 
 _ALL_GATHER = '''
-def _all_gather(x, axes, lead, sizes):
+def _all_gather(x, axes, sizes):
     """Concatenate `x` from every member over the mesh axes `axes` (in order of their index).
 
-    The gathered dims (sizes `sizes`, in the order of `axes`) go to positions `lead`.
+    The gathered dims (sizes `sizes`, in the order of `axes`) lead the result.
     """
     out = lax.all_gather(x.reshape(-1), axes, axis=0, tiled=True)
-    return jnp.moveaxis(out.reshape(*sizes, *x.shape), tuple(range(len(lead))), lead)
+    return out.reshape(*sizes, *x.shape)
 '''
 
 _ALL_TO_ALL = '''
-def _all_to_all(x, axes, lead):
+def _all_to_all(x, axes):
     """Exchange blocks of `x` over the mesh axes `axes` (members in order of their index).
 
-    The dims `lead` of `x` (the slice's cells, in the order of `axes`) index the members: they
-    are moved to the front and flattened; block i goes to the member whose index is i, and the
-    block from that member takes its place.
+    The leading dims of `x` (the slice's cells, in the order of `axes`) index the members:
+    flattened, block i goes to the member whose index is i, and the block from that member takes
+    its place.
     """
-    front = tuple(range(len(lead)))
-    send = jnp.moveaxis(x, lead, front)
-    out = lax.all_to_all(send.reshape(-1), axes, 0, 0, tiled=True)
-    return jnp.moveaxis(out.reshape(send.shape), front, lead)
+    out = lax.all_to_all(x.reshape(-1), axes, 0, 0, tiled=True)
+    return out.reshape(x.shape)
 '''
 
 _REDUCE = '''
@@ -123,25 +109,27 @@ _FINAL = {
 }
 
 
-def _step_code(step: StepPlan) -> str:
-    """The line that runs one step on buffer `x`."""
-    axes = py_strings(step.dims)
+def _action_code(action: ActionPlan) -> str:
+    """The line that runs one step, or the repack, on buffer `x`."""
+    if not isinstance(action, StepPlan):
+        return f"x = jnp.transpose(x, {action.axes!r})"
+    axes = py_strings(action.dims)
     call = {
         Collective.ALL_REDUCE: f"lax.psum(x, {axes})",
-        Collective.REDUCE_SCATTER: f"_reduce_scatter(x, {axes}, lead={step.lead!r})",
-        Collective.ALL_GATHER: f"_all_gather(x, {axes}, lead={step.lead!r}, sizes={step.sizes!r})",
+        Collective.REDUCE_SCATTER: f"_reduce_scatter(x, {axes}, lead={len(action.dims)})",
+        Collective.ALL_GATHER: f"_all_gather(x, {axes}, sizes={action.sizes!r})",
         Collective.REDUCE: f"_reduce(x, {axes})",
         Collective.BROADCAST: f"_broadcast(x, {axes})",
-        Collective.ALL_TO_ALL: f"_all_to_all(x, {axes}, lead={step.lead!r})",
-    }[step.op]
+        Collective.ALL_TO_ALL: f"_all_to_all(x, {axes})",
+    }[action.op]
     return f"x = {call}"
 
 
-def _request_function(req: RequestLayout) -> list[str]:
+def _request_function(req: RequestPlan) -> list[str]:
     """Source lines of the function that runs one request's program on a device's block."""
     notes = (_REDUCE_NOTE if req.collective is Collective.REDUCE else "") + _NOTES
     final = _FINAL.get(req.collective, "x.reshape(tensor.shape)").format(g=req.group_size)
-    return request_function(req, "tensor", notes, _step_code, final)
+    return request_function(req, "tensor", notes, _action_code, final)
 
 
 _MESH_FUNCTIONS = '''

@@ -2,7 +2,7 @@
 
 The generated module imports only torch (and ``math``). ``build_mesh()`` builds
 a ``DeviceMesh`` whose dimensions are the placement's cells, outer to inner
-(see :mod:`solver.exports.layout`), and the process groups of every slice that
+(see :mod:`solver.exports.planning`), and the process groups of every slice that
 spans several of them; one function per request, ``name(tensor, mesh)``, runs
 its program with ``torch.distributed`` collectives and returns what the plain
 collective over the whole reduction group would.
@@ -12,18 +12,8 @@ from __future__ import annotations
 
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
-from p2synth.solver.exports.layout import (
-    ExportRequest,
-    ModulePlan,
-    RequestLayout,
-    StepPlan,
-    header,
-    helper_lines,
-    plan_module,
-    py_strings,
-    request_function,
-    requests_table,
-)
+from p2synth.solver.exports.planning import ActionPlan, ExportRequest, ModulePlan, RequestPlan, StepPlan, plan_module
+from p2synth.solver.exports.rendering import header, helper_lines, py_strings, request_function, requests_table
 
 
 def _imports(plan: ModulePlan) -> list[str]:
@@ -65,39 +55,36 @@ _REDUCE_SCATTER = '''
 def _reduce_scatter(x, group, lead):
     """Sum `x` over `group`; keep this member's part.
 
-    The dims `lead` of `x` (the slice's cells, in mesh order) index the members: they are moved
-    to the front and flattened, so group rank i receives the block where they read i.
+    The first `lead` dims of `x` (the slice's cells, in mesh order) index the members: flattened,
+    group rank i receives the block where they read i.
     """
-    send = x.movedim(lead, tuple(range(len(lead)))).contiguous()
-    out = send.new_empty(send.shape[len(lead):])
-    _reduce_scatter_flat(out.view(-1), send.view(-1), group=group)
+    out = x.new_empty(x.shape[lead:])
+    _reduce_scatter_flat(out.view(-1), x.contiguous().view(-1), group=group)
     return out
 '''
 
 _ALL_GATHER = '''
-def _all_gather(x, group, lead, sizes):
+def _all_gather(x, group, sizes):
     """Concatenate `x` from every member of `group` (in group rank order).
 
-    The gathered dims (sizes `sizes`, the slice's cells in mesh order) go to positions `lead`.
+    The gathered dims (sizes `sizes`, the slice's cells in mesh order) lead the result.
     """
     out = x.new_empty((*sizes, *x.shape))
     _all_gather_flat(out.view(-1), x.contiguous().view(-1), group=group)
-    return out.movedim(tuple(range(len(lead))), lead).contiguous()
+    return out
 '''
 
 _ALL_TO_ALL = '''
-def _all_to_all(x, group, lead):
+def _all_to_all(x, group):
     """Exchange blocks of `x` over `group` (group rank order).
 
-    The dims `lead` of `x` (the slice's cells, in mesh order) index the members: they are moved
-    to the front and flattened; block i goes to group rank i, and the block from group rank i
-    takes its place.
+    The leading dims of `x` (the slice's cells, in mesh order) index the members: flattened,
+    block i goes to group rank i, and the block from group rank i takes its place.
     """
-    front = tuple(range(len(lead)))
-    send = x.movedim(lead, front).contiguous()
+    send = x.contiguous()
     out = torch.empty_like(send)
     dist.all_to_all_single(out.view(-1), send.view(-1), group=group)
-    return out.movedim(front, lead).contiguous()
+    return out
 '''
 
 _NOTES = "Like torch.distributed's collectives it may overwrite `tensor`. Every rank calls it."
@@ -116,24 +103,26 @@ def _group_expr(step: StepPlan) -> str:
     return f"_FLAT_GROUPS[{py_strings(step.dims)}]"
 
 
-def _step_code(step: StepPlan) -> str:
-    """The call that runs one step on buffer `x`."""
-    group = _group_expr(step)
+def _action_code(action: ActionPlan) -> str:
+    """The call that runs one step, or the repack, on buffer `x`."""
+    if not isinstance(action, StepPlan):
+        return f"x = x.permute{action.axes!r}.contiguous()"
+    group = _group_expr(action)
     return {
         Collective.ALL_REDUCE: f"dist.all_reduce(x, group={group})",
-        Collective.REDUCE_SCATTER: f"x = _reduce_scatter(x, {group}, lead={step.lead!r})",
-        Collective.ALL_GATHER: f"x = _all_gather(x, {group}, lead={step.lead!r}, sizes={step.sizes!r})",
+        Collective.REDUCE_SCATTER: f"x = _reduce_scatter(x, {group}, lead={len(action.dims)})",
+        Collective.ALL_GATHER: f"x = _all_gather(x, {group}, sizes={action.sizes!r})",
         Collective.REDUCE: f"dist.reduce(x, group_dst=0, group={group})",
         Collective.BROADCAST: f"dist.broadcast(x, group_src=0, group={group})",
-        Collective.ALL_TO_ALL: f"x = _all_to_all(x, {group}, lead={step.lead!r})",
-    }[step.op]
+        Collective.ALL_TO_ALL: f"x = _all_to_all(x, {group})",
+    }[action.op]
 
 
-def _request_function(req: RequestLayout) -> list[str]:
+def _request_function(req: RequestPlan) -> list[str]:
     """Source lines of the function that runs one request's program."""
     notes = (_REDUCE_NOTE if req.collective is Collective.REDUCE else "") + _NOTES
     final = _FINAL.get(req.collective, "x.view(tensor.shape)").format(g=req.group_size)
-    return request_function(req, "tensor, mesh", notes, _step_code, final)
+    return request_function(req, "tensor, mesh", notes, _action_code, final)
 
 
 def _build_mesh(plan: ModulePlan) -> list[str]:
