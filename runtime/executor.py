@@ -9,7 +9,7 @@ rank of its root, the member with zero digits on ``S``), key = the member's
 position (its digits on ``S`` as a mixed-radix number, slice order).
 
 :meth:`Executor.compile` turns a program into this rank's list of calls
-(collectives and the few local repacks of runtime/layout.py), bound to
+(collectives and the few local repacks of the layout engine, hierarchies/layout.py), bound to
 buffers once, so that a run is only a loop over calls. Following the
 concrete semantics, a rank skips a step when its group is inactive: the
 group's members differ only on the slice, so the group is active iff the

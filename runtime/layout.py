@@ -2,18 +2,17 @@
 
 The layout plan itself (chunk order, collectives and repacks) comes from the
 one layout engine, hierarchies/layout.py; this module gives every action its
-source and destination buffer on this rank. ``plan_layout`` is imported here
-too for the scripts that take it from the runtime.
+source and destination buffer on this rank.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-from p2synth.hierarchies.layout import Action, Exchange, plan_layout
+from p2synth.hierarchies.layout import Action, Exchange
 from p2synth.hierarchies.program import Collective
 
-__all__ = ["IN_PLACE_OPS", "Role", "assign_buffers", "plan_layout"]
+__all__ = ["IN_PLACE_OPS", "Role", "assign_buffers"]
 
 
 class Role(str, Enum):

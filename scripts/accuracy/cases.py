@@ -16,7 +16,7 @@ from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program
 from p2synth.runtime.calibration import library_of
-from p2synth.runtime.layout import plan_layout
+from p2synth.hierarchies.layout import plan_layout
 from p2synth.runtime.stats import Interval, median_interval, relative_spread, ties
 from scripts.accuracy.programs import make_request
 
