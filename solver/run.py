@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(argv, err, comm)
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)
+        if comm is not None:
+            comm.Abort(EXIT_INTERRUPTED)  # the other ranks would go on solving, and this one wait for them
         return EXIT_INTERRUPTED
     except Exception as e:  # a bug: one line unless P2SYNTH_DEBUG asks for the traceback
         if os.environ.get("P2SYNTH_DEBUG"):

@@ -6,10 +6,10 @@ form a *group*: one search and one proof serve the whole group (a
 
 * one process (``jobs=1``), in placement order;
 * ``jobs > 1`` worker processes on this machine (``concurrent.futures``);
-* the ranks of an MPI job (``mpirun -n R python -m solver.run ...``): a fixed
-  assignment of groups to ranks, balanced by estimated work; every rank sends
-  each group's results to rank 0 as it finishes them, rank 0 shows the progress
-  and writes the result.
+* the ranks of an MPI job (``mpirun -n R python -m solver.run ...``), through
+  ``mpi4py.futures.MPICommExecutor``: rank 0 hands each group, the largest
+  first, to the next idle rank of 1..R-1, shows the progress and writes the
+  result (rank 0 solves nothing itself, so ``-n 2`` has one solving rank).
 
 Whichever way, each placement's result is what a fresh solve of it gives, so
 the result JSON is the same byte for byte (tests compare them).
@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from p2synth.hierarchies.statespace import statuses
@@ -96,16 +96,30 @@ def sweep(task: SweepTask, deadline: Deadline, jobs: int = 1, progress: Progress
     remaining = deadline.remaining()
     task = SweepTask(task.problem, task.max_steps, task.top, task.proof, task.reuse, remaining)
     ends_at = None if remaining is None else time.time() + remaining  # wall clock: the same instant in every worker
-    results: dict[int, PlacementResult | None] = {}
     # spawn: fresh interpreters, so no Z3 or numpy state of this process is shared through fork
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(task, ends_at)) as pool:
-        futures = {pool.submit(_solve_in_worker, g): g for g in sorted(chosen, key=lambda g: -work(task.problem, g))}
+        results = _collect(pool, _solve_in_worker, task.problem, chosen, progress)
+    return assemble(task.problem, results)
+
+
+def _collect(executor: Executor, solve: Callable[[list[int]], dict], problem: Problem, chosen: list[list[int]],
+             progress: Progress | None) -> dict[int, PlacementResult | None]:
+    """Every group of `chosen` solved by `solve` on the executor, the largest work first (each to the next idle worker).
+
+    On an error or Ctrl-C the groups not yet started are cancelled before it propagates.
+    """
+    futures = {executor.submit(solve, g): g for g in sorted(chosen, key=lambda g: -work(problem, g))}
+    results: dict[int, PlacementResult | None] = {}
+    try:
         for future in as_completed(futures):
             results.update(future.result())
             if progress:
                 progress(len(futures[future]))
-    return assemble(task.problem, results)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    return results
 
 
 MIN_PARALLEL_PLACEMENTS = 8  # smaller sweeps run in one process: starting workers would cost more than it saves
@@ -134,17 +148,6 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def assignment(problem: Problem, chosen: list[list[int]], ranks: int) -> list[list[list[int]]]:
-    """Groups per rank: the largest first, each to the rank with the least work so far (ties: lowest rank)."""
-    load = [0.0] * ranks
-    out: list[list[list[int]]] = [[] for _ in range(ranks)]
-    for cost, g in sorted(((work(problem, g), g) for g in chosen), key=lambda x: (-x[0], x[1][0])):
-        r = min(range(ranks), key=lambda k: (load[k], k))
-        out[r].append(g)
-        load[r] += cost
-    return out
-
-
 def under_mpi() -> bool:
     """Whether this process is one of several ranks started by mpirun/mpiexec (Open MPI, MPICH, Intel MPI, PMIx)."""
     for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
@@ -154,36 +157,44 @@ def under_mpi() -> bool:
     return False
 
 
-_RESULT, _DONE, _ERROR = 11, 12, 13  # message tags to rank 0
-
-
 def mpi_sweep(comm, task: SweepTask, deadline: Deadline, progress: Progress | None = None) -> SweepResult | None:
-    """The sweep split over the ranks of `comm`: rank 0 returns the whole result, the others None.
+    """The sweep over the ranks of `comm` (``mpi4py.futures``): rank 0 returns the whole result, the others None.
 
-    A rank whose work raises sends rank 0 the error, and rank 0 raises
-    :class:`RankFailed` with it (the caller ends the job).
+    Rank 0 hands out the groups, the largest work first, each to the next idle
+    rank, and shows the progress; ranks 1.. solve them, each with its own copy
+    of the task and its own `deadline` (every rank loaded the same problem).
+    A group that raises makes rank 0 raise :class:`RankFailed` naming the rank
+    and the error, and the caller ends the job (``Abort``). That is why this is
+    not a plain ``with MPICommExecutor(...)`` block: leaving one runs
+    ``shutdown(wait=True)``, which waits for every group still running on the
+    other ranks (under ``-n 3``, a 10-cell group kept a failed job alive for
+    minutes; tests/test_sweep.py checks that the job now ends at once).
     """
-    rank, size = comm.Get_rank(), comm.Get_size()
-    mine = assignment(task.problem, groups(task.problem), size)[rank]
-    if rank != 0:
-        try:
-            _injected_failure(rank)
-            for g in mine:
-                comm.send(solve_groups(task, [g], deadline), dest=0, tag=_RESULT)
-        except Exception as e:  # noqa: BLE001 - everything a rank can fail with goes to rank 0
-            comm.send(f"{type(e).__name__}: {e}", dest=0, tag=_ERROR)
-            return None
-        comm.send(None, dest=0, tag=_DONE)
+    from mpi4py.futures import MPICommExecutor
+
+    global _TASK, _DEADLINE
+    _TASK, _DEADLINE = task, deadline
+    pool = MPICommExecutor(comm, root=0)
+    executor = pool.__enter__()  # ranks 1..: serve groups until rank 0 shuts the executor down, then None
+    if executor is None:
+        pool.__exit__(None, None, None)
         return None
-    results: dict[int, PlacementResult | None] = {}
-    waiting = set(range(1, size))
-    _injected_failure(rank)
-    for g in mine:
-        results.update(solve_groups(task, [g], deadline, progress))
-        _drain(comm, results, waiting, progress, block=False)
-    while waiting:
-        _drain(comm, results, waiting, progress, block=True)
+    _injected_failure(0)
+    results = _collect(executor, _solve_on_rank, task.problem, groups(task.problem), progress)
+    pool.__exit__(None, None, None)
     return assemble(task.problem, results)
+
+
+def _solve_on_rank(group: list[int]) -> dict[int, PlacementResult | None]:
+    """One group on an MPI rank; any error comes back to rank 0 as :class:`RankFailed` naming this rank."""
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    try:
+        _injected_failure(rank)
+        return _solve_in_worker(group)
+    except Exception as e:  # noqa: BLE001 - everything a group can fail with goes to rank 0, as one line
+        raise RankFailed(f"rank {rank}: {type(e).__name__}: {e}") from None
 
 
 FAIL_ON_RANK = "P2SYNTH_FAIL_ON_RANK"  # test hook: the rank with this number raises before it solves anything
@@ -196,22 +207,3 @@ def _injected_failure(rank: int) -> None:
 
 class RankFailed(Exception):
     """A rank of an MPI sweep failed; the message names it and its error."""
-
-
-def _drain(comm, results: dict, waiting: set[int], progress: Progress | None, block: bool) -> None:
-    """Receive what the other ranks have sent (at least one message when `block`)."""
-    from mpi4py import MPI
-
-    status = MPI.Status()
-    while waiting and (block or comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)):
-        message = comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
-        block = False
-        source, tag = status.Get_source(), status.Get_tag()
-        if tag == _ERROR:
-            raise RankFailed(f"rank {source}: {message}")
-        if tag == _DONE:
-            waiting.discard(source)
-        else:
-            results.update(message)
-            if progress:
-                progress(len(message))

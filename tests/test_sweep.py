@@ -1,14 +1,19 @@
 """Sweeps: reuse across placements, --jobs and MPI ranks give byte-identical results; a failing rank ends the job."""
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from p2synth.solver.spec import load_problem
-from p2synth.solver.sweep import assignment, groups, work
-from tests.runtime_support import ROOT, run_mpi
+from p2synth.solver.sweep import groups
+from tests.runtime_support import MPI_ENV, ROOT, find_mpiexec, run_mpi
 
 # 8 placements of dp 8 x tp 2 x pp 2 on rack 2 x node 4 x gpu 4, in 5 groups of equal cost signatures
 SPEC = {
@@ -48,12 +53,7 @@ def test_the_groups_share_cost_signatures(spec):
     assert sorted(i for g in found for i in g) == list(range(8)) and len(found) == 5
     for g in found:  # placements of a group have the same dp row: the only thing an all_reduce over dp sees
         assert len({problem.matrices[i][0] for i in g}) == 1
-    # ranks get whole groups, every group once, the largest work first, balanced
-    for ranks in (1, 2, 4, 8):
-        split = assignment(problem, found, ranks)
-        assert sorted(i for mine in split for g in mine for i in g) == list(range(8))
-        loads = [sum(work(problem, g) for g in mine) for mine in split]
-        assert max(loads) - min(loads) <= max(work(problem, g) for g in found)
+
 
 
 @pytest.mark.parametrize("flags", [["--no-reuse", "--jobs", "1"], ["--jobs", "2"], ["--jobs", "3", "--no-reuse"]])
@@ -68,7 +68,7 @@ def test_reuse_and_worker_processes_give_the_same_json(spec, serial, tmp_path, f
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [2, 3])
 def test_mpi_ranks_give_the_same_json_and_rank_0_alone_prints(spec, serial, tmp_path, ranks):
     out = tmp_path / "r.json"
     job = run_mpi(ranks, ["-m", "solver.run", str(spec), "--top", "5", "--out", str(out)], timeout=300)
@@ -77,13 +77,43 @@ def test_mpi_ranks_give_the_same_json_and_rank_0_alone_prints(spec, serial, tmp_
     assert job.stdout.count("all_reduce over dp on rack2") == 1  # the table's title, once: rank 0's
 
 
+# two placements of x 32 x y 32 on five levels of 4, all_reduce over both axes: one with 10 cells (4^10 abstract
+# states, minutes of search here) and one with 6 cells (about a second); different cost signatures, so two groups
+TEN_AND_SIX = {
+    "hierarchy": {"name": "t", "levels": [{"name": f"l{i}", "count": 4} for i in range(5)]},
+    "axes": [{"name": "x", "size": 32}, {"name": "y", "size": 32}], "request": {"axes": ["x", "y"], "collective": "all_reduce"},
+    "message_bytes": 1 << 30, "max_steps": 12,
+    "placements": [[[2, 2, 2, 2, 2], [2, 2, 2, 2, 2]], [[4, 4, 2, 1, 1], [1, 1, 2, 4, 4]]],
+}
+
+
+def _failure_line(stderr: str, rank: int) -> None:
+    lines = [line for line in stderr.splitlines() if "error" in line]
+    assert lines == [f"internal error: rank {rank}: RuntimeError: failure injected by P2SYNTH_FAIL_ON_RANK={rank}"], stderr
+
+
 @pytest.mark.mpi
 def test_a_failing_rank_ends_the_job_with_its_error(spec, tmp_path, monkeypatch):
     out = tmp_path / "r.json"
     monkeypatch.setenv("P2SYNTH_FAIL_ON_RANK", "1")  # rank 1 raises before solving anything
     job = run_mpi(2, ["-m", "solver.run", str(spec), "--quiet", "--out", str(out)], timeout=120)
-    assert job.returncode != 0 and "rank 1" in job.stderr and "P2SYNTH_FAIL_ON_RANK" in job.stderr
+    assert job.returncode == 1
+    _failure_line(job.stderr, 1)
     assert not out.exists()
+
+
+@pytest.mark.mpi
+def test_a_failing_rank_ends_the_job_while_another_still_solves(tmp_path, monkeypatch):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(TEN_AND_SIX))
+    out = tmp_path / "r.json"
+    monkeypatch.setenv("P2SYNTH_FAIL_ON_RANK", "2")  # rank 1 takes the 10-cell group (handed out first), rank 2 fails
+    started = time.monotonic()
+    job = run_mpi(3, ["-m", "solver.run", str(spec), "--quiet", "--out", str(out)], timeout=180)
+    seconds = time.monotonic() - started
+    assert job.returncode == 1
+    _failure_line(job.stderr, 2)
+    assert seconds < 30 and not out.exists()  # rank 1's search is cut short, not waited for
 
 
 @pytest.mark.mpi
@@ -92,3 +122,51 @@ def test_a_budget_that_runs_out_under_mpi_exits_4_on_every_rank(spec, tmp_path):
     job = run_mpi(2, ["-m", "solver.run", str(spec), "--quiet", "--timeout", "0.01", "--out", str(out)], timeout=120)
     assert job.returncode == 4, job.stderr
     assert json.loads(out.read_text())["complete"] is False and job.stderr.count("timeout:") == 1
+
+
+@pytest.mark.mpi
+def test_the_budget_bounds_the_groups_on_the_ranks(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(TEN_AND_SIX))
+    out = tmp_path / "r.json"
+    started = time.monotonic()
+    job = run_mpi(3, ["-m", "solver.run", str(spec), "--quiet", "--timeout", "8", "--out", str(out)], timeout=180)
+    assert time.monotonic() - started < 8 + 30
+    assert job.returncode == 4, job.stderr
+    (line,) = [line for line in job.stderr.splitlines() if line.startswith("timeout:")]
+    assert line.startswith("timeout: --timeout 8 s ran out with 2 of 2 placement(s) reached, 1 of them not fully proved")
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and [p["timed_out"] for p in doc["placements"]].count(True) == 1
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of `rank` among the children of mpiexec `parent` (Linux /proc), None while it has not started."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    return int(entry.name)
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+@pytest.mark.mpi
+def test_ctrl_c_on_rank_0_ends_the_job_with_130(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(TEN_AND_SIX))
+    proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "solver.run", str(spec), "--quiet"], cwd=ROOT,
+                            env={**os.environ, **MPI_ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks = []
+    try:
+        time.sleep(15)  # start-up, then rank 1 is deep in the 10-cell search (minutes)
+        ranks = [_rank_pid(proc.pid, r) for r in (0, 1)]
+        assert None not in ranks and proc.poll() is None
+        os.kill(ranks[0], signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:  # the ranks are not in mpiexec's process group: end them too if the job hangs
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[0] == "interrupted"
