@@ -37,7 +37,7 @@ def slowed(delays: str, key: str = "len(program.steps)", then: str = "") -> str:
     """A python -c program running runtime.tune on argv[1:], a program sleeping ``(delays)[key]`` s per run (key: of
     `program`, by default its number of steps); then, if the tuner exits 0, the statements `then`."""
     return (
-        "import sys, time, runtime.executor as ex; orig = ex.Executor.compile\n"
+        "import sys, time, p2synth.runtime.executor as ex; orig = ex.Executor.compile\n"
         f"delays = {delays}\n"
         "def compile(self, program, buffers, fault=None):\n"
         f"    c = orig(self, program, buffers, fault); d = delays.get({key}, 0)\n"
