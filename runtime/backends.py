@@ -19,7 +19,8 @@ rooted call is position 0 of the group (the member with zero slice digits).
   ``groupStart``/``groupEnd``. Calls are queued on one stream per rank;
   :meth:`Backend.synchronize` waits for it (done before every timer read).
   A pipelined program queues step ``k`` of every piece on stage stream ``k``,
-  ordered by events (see :class:`StreamLane`).
+  ordered by events (see :class:`StreamLane`), and launches the steps of each
+  wavefront slot inside one NCCL group call (:meth:`CupyBackend.launch_group`).
 
 A *lane* (:class:`Lane`) is where a pipelined program's work goes: the host
 for numpy (steps are MPI requests), a CUDA stream for cupy.
@@ -27,13 +28,16 @@ for numpy (steps are MPI requests), a CUDA stream for cupy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
 
+from p2synth.hierarchies.cli import one_line
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 
@@ -52,6 +56,15 @@ class BackendKind(str, Enum):
 
 class BackendUnavailable(RuntimeError):
     """The chosen backend cannot run here (no CuPy, no CUDA device, no NCCL...)."""
+
+
+class CupyMissing(BackendUnavailable):
+    """CuPy is not installed (``import cupy`` finds no module): the cupy backend is not an option here, nothing is broken.
+
+    Every other reason the cupy backend cannot run (no CUDA driver or device,
+    CuPy built without NCCL, a CuPy that fails to import) is a plain
+    :class:`BackendUnavailable`: CuPy is there but broken.
+    """
 
 
 class GroupComm(Protocol):
@@ -82,15 +95,20 @@ class GroupComm(Protocol):
 class Lane(Protocol):
     """Where a pipelined program's work queues (runtime/executor.py ``Pipeline``): the host, or one CUDA stream.
 
-    A *pending* is what :meth:`start` and :meth:`mark` return: something a
+    A *pending* is what :meth:`launched` and :meth:`mark` return: something a
     lane can :meth:`wait` for (an MPI request or None; a CUDA event).
+    Collectives are started inside the backend's :meth:`Backend.launch_group`,
+    and their pendings taken once it has closed.
     """
 
     def run(self, calls: Sequence[Callable[[], None]]) -> None:
         """Run (numpy) or queue (cupy) the local calls `calls`, in order."""
 
     def start(self, group: GroupComm, op: Collective, src: Any, dst: Any) -> Any:
-        """Start `op` over `group` from `src` into `dst` without waiting for it; its pending."""
+        """Start `op` over `group` from `src` into `dst` without waiting for it; a launch for :meth:`launched`."""
+
+    def launched(self, launch: Any) -> Any:
+        """The pending of the collective whose :meth:`start` returned `launch`, once the launch group has closed."""
 
     def mark(self) -> Any:
         """A pending that is done when the work run or started on this lane so far is."""
@@ -130,6 +148,9 @@ class Backend(Protocol):
 
     def stage_lanes(self, count: int) -> tuple[Lane, ...]:
         """One lane per stage (step) of a pipelined program of `count` steps."""
+
+    def launch_group(self) -> AbstractContextManager[None]:
+        """A context inside which the collectives started on lanes form one launch (one NCCL group call on cupy)."""
 
 
 # -- numpy over MPI -------------------------------------------------------------
@@ -198,6 +219,10 @@ class HostLane:
         """Start `op` over `group` (non-blocking); its request."""
         return group.start(op, src, dst)
 
+    def launched(self, launch: MPI.Request) -> MPI.Request:
+        """The request is the pending."""
+        return launch
+
     def mark(self) -> None:
         """Host work is done when it returns: nothing to wait for."""
 
@@ -247,11 +272,31 @@ class NumpyBackend:
         """The host, `count` times: the steps' requests are what overlaps."""
         return (_HOST,) * count
 
+    def launch_group(self) -> AbstractContextManager[None]:
+        """Nothing to group: MPI orders the non-blocking collectives by their start order on each communicator."""
+        return contextlib.nullcontext()
+
 
 _HOST = HostLane()
 
 
 # -- cupy over NCCL -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def nccl_group(nccl: Any) -> Iterator[None]:
+    """``ncclGroupStart`` ... ``ncclGroupEnd`` around the block (the end even when the block raises).
+
+    NCCL enqueues the operations issued inside only at the (outermost)
+    ``ncclGroupEnd``, as one operation: work that must follow them on a
+    stream (an event) is queued after the block.
+    """
+    nccl.groupStart()
+    try:
+        yield
+    finally:
+        nccl.groupEnd()
+
 
 
 class NcclGroup:
@@ -300,13 +345,10 @@ class NcclGroup:
         step = block * src.itemsize
         kind = self.types[src.dtype]
         on = self._on(stream)
-        self.nccl.groupStart()
-        try:
+        with nccl_group(self.nccl):
             for peer in range(members):
                 self.comm.send(src.data.ptr + peer * step, block, kind, peer, on)
                 self.comm.recv(dst.data.ptr + peer * step, block, kind, peer, on)
-        finally:
-            self.nccl.groupEnd()
 
     def free(self) -> None:
         """Destroy the NCCL communicator."""
@@ -325,9 +367,12 @@ class StreamLane:
             for call in calls:
                 call()
 
-    def start(self, group: NcclGroup, op: Collective, src: Any, dst: Any) -> Any:
-        """Queue `op` over `group` on this lane's stream; the event recorded after it."""
+    def start(self, group: NcclGroup, op: Collective, src: Any, dst: Any) -> None:
+        """Issue `op` over `group` for this lane's stream (NCCL enqueues it when the launch group ends)."""
         getattr(group, op.value)(src, dst, stream=self.stream.ptr)
+
+    def launched(self, launch: None) -> Any:
+        """An event recorded after the collective, now that the group call has enqueued it."""
         return self.mark()
 
     def mark(self) -> Any:
@@ -339,6 +384,30 @@ class StreamLane:
         self.stream.wait_event(pending)
 
 
+def load_cupy() -> tuple[Any, Any, int]:
+    """CuPy, its NCCL module and the number of CUDA devices.
+
+    CupyMissing when CuPy is not installed; BackendUnavailable when it is but
+    cannot run: it fails to import, its NCCL module is missing or was not
+    built, or the CUDA runtime fails (no driver, no device).
+    """
+    try:
+        import cupy
+    except Exception as e:  # ModuleNotFoundError for cupy itself; ImportError of a broken install, ...
+        if isinstance(e, ModuleNotFoundError) and e.name == "cupy":
+            raise CupyMissing(f"cupy backend unavailable: {type(e).__name__}: {e}") from None
+        raise BackendUnavailable(f"cupy backend unavailable: CuPy is installed but fails: {type(e).__name__}: {one_line(e)}") from None
+    try:
+        from cupy.cuda import nccl
+
+        devices = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # ImportError (no NCCL), CUDARuntimeError (no driver, no device), ...
+        raise BackendUnavailable(f"cupy backend unavailable: CuPy is installed but fails: {type(e).__name__}: {one_line(e)}") from None
+    if not getattr(nccl, "available", False):
+        raise BackendUnavailable("cupy backend unavailable: CuPy is installed but was built without NCCL")
+    return cupy, nccl, devices
+
+
 class CupyBackend:
     """Device buffers on this rank's GPU, NCCL for communication."""
 
@@ -348,15 +417,7 @@ class CupyBackend:
         node = world.Split_type(MPI.COMM_TYPE_SHARED)  # collective: before anything that may fail on one rank
         local_rank, local_size = node.Get_rank(), node.Get_size()
         node.Free()
-        try:
-            import cupy
-            from cupy.cuda import nccl
-
-            devices = cupy.cuda.runtime.getDeviceCount()
-        except Exception as e:  # ImportError, CUDARuntimeError (no driver), ...
-            raise BackendUnavailable(f"cupy backend unavailable: {type(e).__name__}: {e}") from None
-        if not getattr(nccl, "available", False):
-            raise BackendUnavailable("cupy backend unavailable: CuPy was built without NCCL")
+        cupy, nccl, devices = load_cupy()
         if local_size > devices:
             raise BackendUnavailable(
                 f"cupy backend unavailable: {local_size} ranks on this node but {devices} GPU(s); it needs one GPU per rank"
@@ -407,6 +468,23 @@ class CupyBackend:
         while len(self.stage_streams) < count:
             self.stage_streams.append(self.cupy.cuda.Stream(non_blocking=True))
         return tuple(StreamLane(s) for s in self.stage_streams[:count])
+
+    def launch_group(self) -> AbstractContextManager[None]:
+        """One NCCL group call: the collectives started inside are launched together, as one operation.
+
+        A pipelined run keeps collectives of several communicators in flight on
+        several streams. NCCL's user guide warns that this can deadlock
+        ("Using multiple NCCL communicators concurrently", in "Creating a
+        Communicator"), and gives the safe form: calls on several
+        communicators merged by ncclGroupStart/ncclGroupEnd are treated as
+        one call ("Group Calls"), and a group over several streams is one
+        operation that synchronizes them ("CUDA Stream Semantics: Mixing
+        Multiple Streams within the same ncclGroupStart/End() group"). The
+        executor issues each wavefront slot's collectives inside one group,
+        in the same order on every rank, so NCCL operations never interleave
+        differently on two ranks: one group after the other.
+        """
+        return nccl_group(self.nccl)
 
 
 def make_backend(kind: BackendKind, world: MPI.Intracomm) -> Backend:

@@ -32,6 +32,7 @@ non-blocking collectives (:class:`Pipeline`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -115,16 +116,21 @@ class PieceCalls:
         return tuple(c for step in self.steps for c in step.calls()) + self.tail
 
 
-def wavefront(pieces: int, steps: int) -> Iterator[tuple[int, int]]:
-    """The pipeline's schedule: ``(piece, stage)`` pairs in run order, stage ``steps`` being a piece's tail.
+def slots(pieces: int, steps: int) -> Iterator[tuple[tuple[int, int], ...]]:
+    """The pipeline's schedule, slot by slot: each slot's ``(piece, stage)`` pairs, stage ``steps`` being a piece's tail.
 
     Slot ``t`` runs stage ``k`` of piece ``t - k`` for every valid ``k``,
     youngest piece first (``k = 0, 1, ..., steps``): piece ``t`` starts its
     first step before the older pieces wait for their previous one.
     """
     for slot in range(pieces + steps):
-        for stage in range(max(0, slot - pieces + 1), min(slot, steps) + 1):
-            yield slot - stage, stage
+        yield tuple((slot - stage, stage) for stage in range(max(0, slot - pieces + 1), min(slot, steps) + 1))
+
+
+def wavefront(pieces: int, steps: int) -> Iterator[tuple[int, int]]:
+    """The pipeline's schedule as one sequence of ``(piece, stage)`` pairs: the :func:`slots` one after the other."""
+    for slot in slots(pieces, steps):
+        yield from slot
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,11 @@ class Pipeline:
     that step's after-calls and its own local calls, then starts step ``k``
     without waiting for it. The split and the merge run on the main lane,
     which waits for the last lane before the merge. Every rank starts the
-    collectives in the order of :func:`wavefront`, the same everywhere.
+    collectives in the order of :func:`wavefront`, the same everywhere, and
+    each slot's inside one `launch_group` (one NCCL group call on cupy, as
+    NCCL's user guide asks of communicators in flight at once; see
+    ``CupyBackend.launch_group``); a step's pending is taken once its group
+    has closed.
     """
 
     pieces: tuple[PieceCalls, ...]
@@ -146,28 +156,43 @@ class Pipeline:
     merge: tuple[Call, ...]
     main: Lane
     lanes: tuple[Lane, ...]
+    launch_group: Callable[[], AbstractContextManager[None]]
 
     def run(self) -> None:
         """Run the program once (on cupy: queued; the backend's synchronize waits for it)."""
-        steps = len(self.lanes)
         self.main.run(self.split)
         self.lanes[0].wait(self.main.mark())
         pending: list[Any] = [None] * len(self.pieces)
-        for piece, stage in wavefront(len(self.pieces), steps):
-            calls = self.pieces[piece]
-            lane = self.lanes[min(stage, steps - 1)]
-            after: tuple[Call, ...] = ()
-            if stage > 0:
-                lane.wait(pending[piece])
-                after = calls.steps[stage - 1].after
-            if stage == steps:
-                lane.run(after + calls.tail)
-                continue
-            step = calls.steps[stage]
-            lane.run(after + step.before)
-            pending[piece] = lane.mark() if step.group is None else lane.start(step.group, step.op, step.src, step.dst)
+        for slot in slots(len(self.pieces), len(self.lanes)):
+            with self.launch_group():
+                started = [(piece, *self._stage(piece, stage, pending)) for piece, stage in slot]
+            for piece, lane, launch in started:  # after the group: on cupy an event must follow the enqueued collective
+                if launch is not _NOTHING:
+                    pending[piece] = lane.launched(launch)
         self.main.wait(self.lanes[-1].mark())
         self.main.run(self.merge)
+
+    def _stage(self, piece: int, stage: int, pending: list[Any]) -> tuple[Lane, Any]:
+        """Run or queue stage `stage` of piece `piece`: its lane and the launch of its step's collective, or
+        ``_NOTHING`` (pending[piece] set here when the step is inactive, unchanged after the tail)."""
+        steps = len(self.lanes)
+        calls, lane = self.pieces[piece], self.lanes[min(stage, steps - 1)]
+        after: tuple[Call, ...] = ()
+        if stage > 0:
+            lane.wait(pending[piece])
+            after = calls.steps[stage - 1].after
+        if stage == steps:
+            lane.run(after + calls.tail)
+            return lane, _NOTHING
+        step = calls.steps[stage]
+        lane.run(after + step.before)
+        if step.group is None:
+            pending[piece] = lane.mark()
+            return lane, _NOTHING
+        return lane, lane.start(step.group, step.op, step.src, step.dst)
+
+
+_NOTHING = object()  # a stage that started no collective
 
 
 def split_pieces(backend: Backend, src: Any, dst: Any, chunks: int, pieces: int) -> Call:
@@ -248,7 +273,7 @@ class Executor:
         merge = (merge_pieces(self.backend, buffers.get(Role.PIECES_OUT), buffers.get(Role.RECV), end, pieces),) if end > 1 else ()
         pipeline = Pipeline(
             tuple(self._piece(plan, buffers, fault, piece, pieces, roles) for piece in range(pieces)), split, merge,
-            self.backend.main_lane(), self.backend.stage_lanes(len(program.steps)),
+            self.backend.main_lane(), self.backend.stage_lanes(len(program.steps)), self.backend.launch_group,
         )
         return CompiledProgram((pipeline.run,), plan.transposes)
 

@@ -15,7 +15,8 @@ against numpy and exactly (bit for bit):
 3. pipeline: a pipelined program's run (runtime/executor.py ``Pipeline``) on
    2 and 4 pieces of random float32 and uint64 data: a chain of the six
    collectives on the one-rank NCCL communicator, one CUDA stream per step,
-   events between a piece's consecutive steps, a local repack (a transpose)
+   each wavefront slot's collectives in one NCCL group call, events between a
+   piece's consecutive steps, a local repack (a transpose)
    before every step but the first and after the last, the split and the merge
    on the rank's stream; run twice back to back, the output must be the
    repacks applied to every piece of the input;
@@ -23,9 +24,18 @@ against numpy and exactly (bit for bit):
    on a one-device plan of each collective, whose default is the collective
    over the one-member reduction group: every check run and timed run exact.
 
-It prints one line: ``gpu_check: ok: ...`` (exit 0) or ``gpu_check: FAILED:
-...`` (exit 1). Without CuPy, a CUDA device or NCCL it prints one ``skipped:
-...`` line and exits 0. It takes seconds (far under the 5 minutes allowed).
+It prints one line and exits with:
+
+* 0: ``gpu_check: ok: ...``, every check exact; or ``skipped: ...`` when CuPy
+  is not installed (``import cupy`` finds no module): nothing to check;
+* 1: ``gpu_check: FAILED: ...``, a check gave a wrong result or raised (a CUDA
+  or NCCL error);
+* 2: bad arguments (argparse's usage message);
+* 3: ``gpu_check: FAILED: cupy backend unavailable: CuPy is installed but
+  ...``: CuPy is there but cannot run (no CUDA driver or device, NCCL missing
+  or not built, a broken install), a broken GPU setup rather than a skip.
+
+It takes seconds (far under the 5 minutes allowed).
 """
 
 from __future__ import annotations
@@ -45,7 +55,8 @@ import numpy as np
 from mpi4py import MPI
 
 from p2synth.hierarchies import Collective
-from p2synth.runtime.backends import BackendUnavailable, CupyBackend, GroupComm
+from p2synth.hierarchies.cli import one_line
+from p2synth.runtime.backends import BackendUnavailable, CupyBackend, CupyMissing, GroupComm
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces
 from p2synth.runtime.layout import Role
@@ -55,6 +66,7 @@ IN_PLACE = (Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST)
 TRANSPOSE_TRIALS = 12
 PIECES = (2, 4)
 PIPELINE_CHUNKS = 4
+EXIT_OK, EXIT_FAILED, EXIT_BROKEN = 0, 1, 3  # and argparse's 2
 
 
 class CheckFailed(Exception):
@@ -170,7 +182,7 @@ def check_pipeline(backend: CupyBackend, rng: np.random.Generator) -> int:
                 tuple(chain(backend, group, buffers, p, pieces) for p in range(pieces)),
                 (split_pieces(backend, send, buffers.get(Role.PIECES_IN), PIPELINE_CHUNKS, pieces),),
                 (merge_pieces(backend, buffers.get(Role.PIECES_OUT), recv, PIPELINE_CHUNKS, pieces),),
-                backend.main_lane(), backend.stage_lanes(len(Collective)),
+                backend.main_lane(), backend.stage_lanes(len(Collective)), backend.launch_group,
             )
             pipeline.run()
             pipeline.run()
@@ -219,16 +231,19 @@ def describe(backend: CupyBackend) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the four checks; print one line; 0 ok or skipped, 1 failed."""
+    """Run the four checks; print one line; 0 ok or skipped (no CuPy), 1 failed, 3 CuPy installed but unusable."""
     p = argparse.ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
     args = p.parse_args(argv)
     start = time.perf_counter()
     try:
         backend = CupyBackend(MPI.COMM_SELF)
-    except BackendUnavailable as e:
+    except CupyMissing as e:
         print(f"skipped: {e}")
-        return 0
+        return EXIT_OK
+    except BackendUnavailable as e:  # CuPy is installed but cannot run: a broken GPU setup must not pass as skipped
+        print(f"gpu_check: FAILED: {e}")
+        return EXIT_BROKEN
     rng = np.random.default_rng(args.seed)
     stage = "buffers"
     try:
@@ -242,13 +257,13 @@ def main(argv: list[str] | None = None) -> int:
             plans = check_bench(Path(tmp))
     except CheckFailed as e:
         print(f"gpu_check: FAILED: {e}")
-        return 1
+        return EXIT_FAILED
     except Exception as e:  # a CUDA or NCCL error: one line, not a traceback
-        print(f"gpu_check: FAILED: {stage}: {type(e).__name__}: {e}")
-        return 1
+        print(f"gpu_check: FAILED: {stage}: {type(e).__name__}: {one_line(e)}")
+        return EXIT_FAILED
     print(f"gpu_check: ok: {describe(backend)}: buffers {buffers} checks, nccl {nccl} one-rank collectives, "
           f"pipeline {pipelined} pipelined runs, bench {plans} one-device plans, all exact, in {time.perf_counter() - start:.1f} s")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Exit codes: 0 success; 1 internal error; 2 bad spec or arguments (one line per
 problem on stderr), or more placements than --max-placements; 4 the time
 budget (--timeout, which covers placement enumeration and every Z3 call) ran
 out before everything was enumerated, proved or listed (what was done is still
-printed and written, with "complete": false); 130 interrupted.
+printed and written, with "complete": false; --out is written before --export
+prints); 130 interrupted. Z3 answering unknown for any reason but the budget
+(encodings/deadline.py) is an internal error, its line naming Z3's reason.
 """
 
 from __future__ import annotations
@@ -166,6 +168,8 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         return EXIT_INTERNAL
     if result is None:  # an MPI rank other than 0: rank 0 reports
         return EXIT_OK
+    if args.out:  # first: whatever follows may stop on a timeout, and what was done must still be written
+        write_json_atomic(result_json(problem, result, max_steps, args.proof), args.out)
     if args.export:
         if args.placement >= len(result.placements):
             err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
@@ -174,8 +178,6 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         print(export_placement(parse_plan_file(result_json(problem, result, max_steps, args.proof)), args.placement, args.export), end="")
     elif not args.quiet:
         (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
-    if args.out:
-        write_json_atomic(result_json(problem, result, max_steps, args.proof), args.out)
     if args.timeline:
         if args.placement >= len(result.placements):
             err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)

@@ -7,7 +7,10 @@ collective is a copy of ``count`` elements from the send to the receive
 address (ctypes.memmove), as real NCCL does on one rank; ``send``/``recv`` to
 oneself must sit inside ``groupStart``/``groupEnd`` (as NCCL requires for a
 send and its matching receive on one rank), and ``groupEnd`` pairs them in
-order and copies. ``install(broken=OP)``
+order and copies. As in NCCL, calls inside a group are enqueued on their
+streams only at the outermost ``groupEnd``, so an event recorded inside the
+group would not follow them; ``LAUNCHES`` logs every call with its
+communicator and group call. ``install(broken=OP)``
 makes the communicator's OP copy one element short, to show the check fails.
 
 Streams are deferred, as on a GPU: ``copyto``, ``ndarray.fill``,
@@ -31,6 +34,8 @@ order of queued work. Plain numpy operations on these arrays (indexing,
 from __future__ import annotations
 
 import ctypes
+import itertools
+import os
 import sys
 import types
 from collections import deque
@@ -162,20 +167,34 @@ class Device:
 
 
 class NcclCommunicator:
-    """A one-rank NCCL communicator: every collective copies `count` elements (one short for the broken op)."""
+    """A one-rank NCCL communicator: every collective copies `count` elements (one short for the broken op).
+
+    As in NCCL, a call made inside ``groupStart``/``groupEnd`` is only
+    enqueued on its stream at the outermost ``groupEnd``; every call is
+    logged in LAUNCHES as ``(communicator id, NCCL name, group)``, the group
+    being the number of the group call it was made in (None outside one).
+    """
 
     broken: str | None = None
+    ranks = 1  # the most members a communicator may have (install's `ranks`)
 
     def __init__(self, ranks, uid, rank):
-        if ranks != 1 or rank != 0 or len(uid) != 128:
-            raise ValueError("the fake NCCL supports one rank only")
+        if not 0 <= rank < ranks <= self.ranks or len(uid) != 128:
+            raise ValueError(f"the fake NCCL supports {self.ranks} rank(s) at most")
+        self.id = (int(uid[0]), int(uid[1]))  # get_unique_id's (process, serial) of the root: the same on every member
+        self.sends: list = []  # (ptr, count, dtype, stream) queued until groupEnd
+        self.recvs: list = []
+
+    def _launch(self, op, stream, work):
+        LAUNCHES.append((self.id, op, _GROUP["count"] if _GROUP["depth"] else None))
+        if _GROUP["depth"]:
+            _GROUP["deferred"].append((stream, op, work))
+        else:
+            _STREAMS[stream].enqueue(op, work)
 
     def _copy(self, op, send, recv, count, dtype, stream):
         count -= op == self.broken
-        if send != recv:
-            _STREAMS[stream].enqueue(op, lambda: ctypes.memmove(recv, send, count * ITEMSIZE[dtype]))
-        else:
-            _STREAMS[stream].enqueue(op, lambda: None)
+        self._launch(op, stream, (lambda: ctypes.memmove(recv, send, count * ITEMSIZE[dtype])) if send != recv else (lambda: None))
 
     def allReduce(self, send, recv, count, dtype, op, stream):  # noqa: N802 (NCCL's names)
         self._copy("allReduce", send, recv, count, dtype, stream)
@@ -194,54 +213,80 @@ class NcclCommunicator:
 
     def send(self, send, count, dtype, peer, stream):
         """Queue a send to `peer` (0, oneself) until groupEnd."""
-        _queue("send", peer, send, count - (self.broken == "send"), dtype, stream)
+        self._p2p(self.sends, "send", peer, (send, count - (self.broken == "send"), dtype, stream))
 
     def recv(self, recv, count, dtype, peer, stream):
         """Queue a receive from `peer` (0, oneself) until groupEnd."""
-        _queue("recv", peer, recv, count, dtype, stream)
+        self._p2p(self.recvs, "recv", peer, (recv, count, dtype, stream))
+
+    def _p2p(self, queue, kind, peer, item):
+        if _GROUP["depth"] == 0 or not 0 <= peer < self.ranks:
+            raise RuntimeError("the fake NCCL's send/recv go to a member (oneself, on one rank) inside groupStart/groupEnd")
+        LAUNCHES.append((self.id, kind, _GROUP["count"]))
+        queue.append(item)
+        _GROUP["p2p"][self.id] = self
+
+    def pair(self):
+        """At groupEnd: every queued send lands in the matching queued receive, in order (queued on their stream)."""
+        sends, recvs = list(self.sends), list(self.recvs)
+        self.sends.clear()
+        self.recvs.clear()
+        if len(sends) != len(recvs):
+            raise RuntimeError(f"{len(sends)} sends but {len(recvs)} receives in one NCCL group")
+        if len({s[3] for s in sends + recvs}) != 1:
+            raise RuntimeError("the fake NCCL's grouped send/recv of one communicator must use one stream")
+
+        def deliver():
+            for (src, count, dtype, _), (dst, room, _, _) in zip(sends, recvs):
+                ctypes.memmove(dst, src, min(count, room) * ITEMSIZE[dtype])
+
+        _STREAMS[sends[0][3]].enqueue("sendrecv", deliver)
 
     def destroy(self):
         """Nothing to release."""
 
 
-_GROUP = {"depth": 0, "send": [], "recv": []}
+_IDS = itertools.count()
+LAUNCHES: list[tuple[tuple[int, int], str, int | None]] = []  # (communicator id, NCCL name, group call number or None)
 
 
-def _queue(kind, peer, ptr, count, dtype, stream):
-    if _GROUP["depth"] == 0 or peer != 0:
-        raise RuntimeError("the fake NCCL's send/recv go to oneself (peer 0) inside groupStart/groupEnd")
-    _GROUP[kind].append((ptr, count, dtype, stream))
+def get_unique_id() -> tuple[int, ...]:
+    """A unique id that names its communicator: (this process's id, a serial), zero-padded to 128 entries."""
+    return (os.getpid(), next(_IDS)) + (0,) * 126
+_GROUP = {"depth": 0, "count": 0, "deferred": [], "p2p": {}}
 
 
 def group_start():
-    """ncclGroupStart."""
+    """ncclGroupStart (group calls nest; the outermost one is numbered, from 1)."""
+    _GROUP["count"] += _GROUP["depth"] == 0
     _GROUP["depth"] += 1
 
 
 def group_end():
-    """ncclGroupEnd: at the outermost end, every queued send lands in the matching queued receive, in order (queued on their stream)."""
+    """ncclGroupEnd: at the outermost end, enqueue the group's calls on their streams, in call order, then pair its
+    sends and receives, communicator by communicator."""
+    if _GROUP["depth"] == 0:
+        raise RuntimeError("ncclGroupEnd without ncclGroupStart")
     _GROUP["depth"] -= 1
     if _GROUP["depth"]:
         return
-    sends, recvs = list(_GROUP["send"]), list(_GROUP["recv"])
-    _GROUP["send"].clear()
-    _GROUP["recv"].clear()
-    if len(sends) != len(recvs):
-        raise RuntimeError(f"{len(sends)} sends but {len(recvs)} receives in one NCCL group")
-    if not sends:
-        return
-    if len({s[3] for s in sends + recvs}) != 1:
-        raise RuntimeError("the fake NCCL's grouped send/recv must use one stream")
-
-    def deliver():
-        for (src, count, dtype, _), (dst, room, _, _) in zip(sends, recvs):
-            ctypes.memmove(dst, src, min(count, room) * ITEMSIZE[dtype])
-
-    _STREAMS[sends[0][3]].enqueue("sendrecv", deliver)
+    deferred, p2p = list(_GROUP["deferred"]), list(_GROUP["p2p"].values())
+    _GROUP["deferred"].clear()
+    _GROUP["p2p"].clear()
+    for stream, op, work in deferred:
+        _STREAMS[stream].enqueue(op, work)
+    for comm in p2p:
+        comm.pair()
 
 
-def install(broken: str | None = None, schedule: str = "last") -> None:
-    """Register the fake modules as cupy, cupy.cuda and cupy.cuda.nccl; `schedule` is "last" or "first" (see Stream)."""
+def install(broken: str | None = None, schedule: str = "last", ranks: int = 1) -> None:
+    """Register the fake modules as cupy, cupy.cuda and cupy.cuda.nccl; `schedule` is "last" or "first" (see Stream).
+
+    `ranks` > 1 lets an MPI job of that many ranks (one fake GPU each) make
+    communicators of several members, to log the order of its NCCL calls
+    (LAUNCHES): their data still only moves within the rank, so results are
+    meaningless there.
+    """
     if schedule not in ("last", "first"):
         raise ValueError(f"schedule must be 'last' or 'first', not {schedule!r}")
     Stream.schedule = schedule
@@ -249,14 +294,16 @@ def install(broken: str | None = None, schedule: str = "last") -> None:
     _STREAMS.clear()
     _CURRENT[:] = [Stream(ptr=0)]  # the null stream
     LOG.clear()
+    LAUNCHES.clear()
+    _GROUP.update(depth=0, count=0, deferred=[], p2p={})
     nccl = types.ModuleType("cupy.cuda.nccl")
     nccl.available = True
     nccl.NCCL_FLOAT32, nccl.NCCL_UINT64, nccl.NCCL_SUM = NCCL_FLOAT32, NCCL_UINT64, NCCL_SUM
-    nccl.NcclCommunicator = type("NcclCommunicator", (NcclCommunicator,), {"broken": broken})
-    nccl.get_unique_id = lambda: (0,) * 128
+    nccl.NcclCommunicator = type("NcclCommunicator", (NcclCommunicator,), {"broken": broken, "ranks": ranks})
+    nccl.get_unique_id = get_unique_id
     nccl.groupStart, nccl.groupEnd = group_start, group_end
     nccl.get_version = lambda: 0
-    runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"name": b"fake GPU (numpy)"})
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: ranks, getDeviceProperties=lambda i: {"name": b"fake GPU (numpy)"})
     cuda = types.ModuleType("cupy.cuda")
     cuda.Device, cuda.Stream, cuda.Event, cuda.runtime, cuda.nccl = Device, Stream, Event, runtime, nccl
     cupy = types.ModuleType("cupy")

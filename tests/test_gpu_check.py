@@ -1,4 +1,5 @@
-"""scripts/gpu_check on a machine without a GPU: the skip line, and its code paths on a fake CuPy built on numpy.
+"""scripts/gpu_check on a machine without a GPU: the skip line (no CuPy), exit 3 for a CuPy that cannot run, and
+its code paths on a fake CuPy built on numpy.
 
 tests/fake_cupy.py stands in for CuPy (host memory, a one-rank NCCL that
 copies, streams that defer their work until the host waits), so the buffer,
@@ -6,19 +7,24 @@ NCCL, pipeline and bench checks run here; what the fake cannot show (device
 memory, real concurrency, real NCCL) waits for a machine with a GPU.
 """
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.runtime_support import MPI_ENV, ROOT, gpu_count
+from tests.runtime_support import MPI_ENV, ROOT
 
 WITH_FAKE = ("import sys, tests.fake_cupy as f; f.install(broken={!r}, schedule={!r}); {}"
              "from scripts.gpu_check import main; sys.exit(main())")
 BLIND = "import p2synth.runtime.backends as b\nclass Blind(b.StreamLane):\n    def wait(self, pending): pass\n"  # a lane that never waits
 NO_STEP_EVENTS = BLIND + "stage = b.CupyBackend.stage_lanes\nb.CupyBackend.stage_lanes = lambda self, n: tuple(Blind(l.stream) for l in stage(self, n))\n"
 NO_JOIN = BLIND + "b.CupyBackend.main_lane = lambda self: Blind(self.stream)\n"
+# a step's event recorded inside its NCCL group call, before NCCL enqueues the collective (at the group's end)
+EVENT_IN_GROUP = ("import p2synth.runtime.backends as b\nstart = b.StreamLane.start\n"
+                  "b.StreamLane.start = lambda self, *a: (start(self, *a), self.mark())[1]\n"
+                  "b.StreamLane.launched = lambda self, launch: launch\n")
 WITHOUT_CUPY = "import sys; sys.modules['cupy'] = None; from scripts.gpu_check import main; sys.exit(main())"
 
 
@@ -34,12 +40,43 @@ def test_without_cupy_it_prints_one_skip_line_and_exits_0():
     assert job.stdout.splitlines() == ["skipped: cupy backend unavailable: ModuleNotFoundError: import of cupy halted; None in sys.modules"]
 
 
-@pytest.mark.skipif(gpu_count() > 0, reason="a GPU is present: the check runs for real")
-def test_here_without_a_gpu_it_skips():
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed: the check runs (or fails) for real")
+def test_here_without_cupy_it_skips():
     job = run(["-m", "scripts.gpu_check"])
     assert job.returncode == 0, job.stderr
     [line] = job.stdout.splitlines()
-    assert line.startswith("skipped: cupy backend unavailable: ")
+    assert line.startswith("skipped: cupy backend unavailable: ModuleNotFoundError: ")
+
+
+NO_DEVICE = ("import cupy\nclass CUDARuntimeError(RuntimeError): pass\n"
+             "def count(): raise CUDARuntimeError('cudaErrorNoDevice: no CUDA-capable device is detected')\n"
+             "cupy.cuda.runtime.getDeviceCount = count\n")
+NO_NCCL_BUILT = "import cupy\ncupy.cuda.nccl.available = False\n"
+NO_NCCL_MODULE = "import cupy\ndel cupy.cuda.nccl, sys.modules['cupy.cuda.nccl']\n"
+
+
+@pytest.mark.parametrize("broken, why", [
+    (NO_DEVICE, "CuPy is installed but fails: CUDARuntimeError: cudaErrorNoDevice: no CUDA-capable device is detected"),
+    (NO_NCCL_BUILT, "CuPy is installed but was built without NCCL"),
+    (NO_NCCL_MODULE, "CuPy is installed but fails: ImportError: cannot import name 'nccl' from 'cupy.cuda'"),
+])
+def test_a_cupy_that_is_installed_but_cannot_run_fails_with_exit_3(broken, why):
+    """No CUDA device or driver, or no NCCL: a broken GPU install, which must not pass as skipped (it used to exit 0)."""
+    job = run(["-c", WITH_FAKE.format(None, "last", broken)])
+    assert job.returncode == 3, job.stdout + job.stderr
+    assert job.stderr == ""
+    [line] = job.stdout.splitlines()
+    assert line.startswith(f"gpu_check: FAILED: cupy backend unavailable: {why}")
+
+
+def test_a_cupy_that_fails_to_import_fails_with_exit_3(tmp_path):
+    """``import cupy`` raising ImportError (as CuPy does when its CUDA libraries are missing) is not "no CuPy"."""
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text("raise ImportError('CuPy is not correctly installed: libcudart.so.12 not found')\n")
+    job = run(["-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from scripts.gpu_check import main; sys.exit(main())"])
+    assert job.returncode == 3, job.stdout + job.stderr
+    assert job.stdout.splitlines() == ["gpu_check: FAILED: cupy backend unavailable: CuPy is installed but fails: ImportError: "
+                                       "CuPy is not correctly installed: libcudart.so.12 not found"]
 
 
 @pytest.mark.parametrize("schedule", ["last", "first"])
@@ -51,10 +88,12 @@ def test_on_the_fake_cupy_every_check_runs_and_passes(schedule):
                            "pipeline 4 pipelined runs, bench 6 one-device plans, all exact, in ")
 
 
-@pytest.mark.parametrize("broken, schedule", [(NO_STEP_EVENTS, "last"), (NO_STEP_EVENTS, "first"), (NO_JOIN, "first")])
+@pytest.mark.parametrize("broken, schedule", [(NO_STEP_EVENTS, "last"), (NO_STEP_EVENTS, "first"), (NO_JOIN, "first"),
+                                              (EVENT_IN_GROUP, "last")])
 def test_a_pipeline_missing_its_events_fails_the_check(broken, schedule):
     """Stage lanes that do not wait for a piece's previous step (or the rank's stream that does not wait for the last
-    lane before the merge) let the fake's favoured stream run too early: the pipelined output is wrong."""
+    lane before the merge, or events recorded before the group call enqueues the collective) let the fake's
+    favoured stream run too early: the pipelined output is wrong."""
     job = run(["-c", WITH_FAKE.format(None, schedule, broken)])
     assert job.returncode == 1, job.stdout + job.stderr
     [line] = job.stdout.splitlines()

@@ -25,7 +25,6 @@ from tests.runtime_support import (
     all_programs,
     bench_once,
     case_plans,
-    find_mpiexec,
     request_of,
     run_mpi,
     write_plan,
@@ -94,7 +93,6 @@ def test_a_fault_strikes_the_first_action_it_applies_to():
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_injected_fault_is_detected(case, tmp_path):
     """Every program run sequentially and on 2 pieces (where the fault strikes the last piece only)."""
@@ -128,7 +126,6 @@ def test_every_injected_fault_is_detected(case, tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
 def test_a_fault_the_check_misses_fails_the_run_loudly(tmp_path):
     """With the old data (chunks of 62 elements repeat every 31), a swap of two chunks goes unseen: exit 4."""
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
@@ -142,7 +139,6 @@ def test_a_fault_the_check_misses_fails_the_run_loudly(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
 def test_a_wrong_program_the_fault_does_not_strike_still_fails_the_run(tmp_path):
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
     plan = write_plan(tmp_path / "plan.json", SMALL, request, all_programs(SMALL, request, 3))

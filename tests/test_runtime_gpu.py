@@ -5,13 +5,13 @@ import json
 import pytest
 
 from p2synth.hierarchies import Collective
-from tests.runtime_support import SEVERAL, all_programs, find_mpiexec, gpu_count, placement_of, request_of, run_mpi, write_plan
+from tests.runtime_support import SEVERAL, all_programs, gpu_count, placement_of, request_of, run_mpi, write_plan
 
 
 
 GPUS = gpu_count()
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")]
+pytestmark = [pytest.mark.gpu]
 
 CASES = {
     2: placement_of([("node", 2)], [("data", 2)], [[2]]),

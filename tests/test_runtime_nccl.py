@@ -8,8 +8,10 @@ NCCL itself, device memory and streams (scripts/gpu_check on a GPU machine).
 """
 
 import ctypes
+import json
 import sys
 import types
+from itertools import groupby
 
 import numpy as np
 import pytest
@@ -19,7 +21,9 @@ import tests.fake_cupy as fake_cupy_module
 from p2synth.hierarchies import Collective
 from p2synth.runtime.backends import CupyBackend, NcclGroup
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
+from p2synth.runtime.executor import slots
 from scripts.gpu_check import DTYPES, PIECES, check_pipeline
+from tests.runtime_support import run_mpi
 
 TYPES = {DTYPE: 7, CHECK_DTYPE: 5}
 ITEMSIZE = {7: 4, 5: 8}
@@ -131,3 +135,75 @@ def test_a_pipelined_program_runs_step_k_of_every_piece_on_stage_stream_k(fake_c
         assert by_stream[ptr].count("record") >= pieces  # an event after each piece's step
     main_work = [w for w in by_stream[main] if w in ("copyto", *NCCL_NAMES.values())]
     assert main_work == ["copyto"] * 2 * 2 * len(PIECES) * len(DTYPES)  # a split and a merge per run, no NCCL call
+
+
+def calls_of(op: Collective, members: int = 1) -> list[str]:
+    """The NCCL calls (as tests/fake_cupy.py's LAUNCHES names them) of one `op` over `members` ranks."""
+    return ["send", "recv"] * members if op is Collective.ALL_TO_ALL else [NCCL_NAMES[op]]
+
+
+def test_every_nccl_call_of_a_pipelined_run_is_in_its_slots_group_call_in_wavefront_order(fake_cupy):
+    """NCCL's user guide: communicators in flight at once may deadlock unless their calls are grouped
+    (ncclGroupStart/End) and ordered alike on every rank. scripts/gpu_check's chain (the six collectives, one stage
+    stream each) on 2 and 4 pieces, run twice each: every NCCL call is inside a group call, one group per wavefront
+    slot, holding exactly the slot's steps, youngest piece first."""
+    backend = CupyBackend(MPI.COMM_SELF)
+    check_pipeline(backend, np.random.default_rng(0))
+    launches = fake_cupy.LAUNCHES
+    assert launches and None not in {group for _, _, group in launches}
+    assert len({comm for comm, _, _ in launches}) == 1  # the chain's one-rank communicator
+    ops = list(Collective)
+    want = [[call for _, k in slot if k < len(ops) for call in calls_of(ops[k])]
+            for _dtype in DTYPES for pieces in PIECES for _run in range(2) for slot in slots(pieces, len(ops))]
+    got = [[op for _, op, _ in calls] for _, calls in groupby(launches, key=lambda launch: launch[2])]
+    assert got == [calls for calls in want if calls]  # the last slot (a tail alone) issues an empty group
+
+
+# A 4-rank job on the fake CuPy (one fake GPU per rank): every pipelined program of SMALL's every collective on 3
+# pieces; rank 0 prints every rank's LAUNCHES as JSON.
+LAUNCH_ORDER = """
+import json
+from dataclasses import replace
+from mpi4py import MPI
+import tests.fake_cupy as fake
+fake.install(ranks=4)
+from p2synth.hierarchies import Collective
+from p2synth.runtime.backends import CupyBackend
+from p2synth.runtime.executor import Buffers, Executor
+from tests.runtime_support import SMALL, all_programs, request_of
+world = MPI.COMM_WORLD
+backend = CupyBackend(world)
+for collective in Collective:
+    request = request_of(SMALL, ["data"], collective)
+    programs = [replace(p, pipeline=3) for p in all_programs(SMALL, request, 3)]
+    executor = Executor(backend, SMALL, request, world)
+    executor.connect(programs)
+    buffers = Buffers(backend, collective, 4 * 3 * 8, 4)
+    for program in programs:
+        executor.compile(program, buffers).run()
+        backend.synchronize()
+    executor.close()
+every = world.gather([[list(comm), op, group] for comm, op, group in fake.LAUNCHES], root=0)
+if world.Get_rank() == 0:
+    print(json.dumps(every))
+"""
+
+
+@pytest.mark.mpi
+def test_every_rank_issues_the_same_nccl_calls_on_each_communicator_in_the_same_group_calls():
+    """4 ranks, every pipelined program of every collective (rooted ones skip steps on inactive ranks): on each
+    communicator its members make the same calls, in the same order, each in the same group call, every call in one."""
+    job = run_mpi(4, ["-c", LAUNCH_ORDER], timeout=300)
+    assert job.returncode == 0, job.stderr
+    every = json.loads(job.stdout)
+    by_comm: dict[tuple, dict[int, list]] = {}
+    for rank, launches in enumerate(every):
+        for comm, op, group in launches:
+            assert group is not None, (rank, comm, op)
+            by_comm.setdefault(tuple(comm), {}).setdefault(rank, []).append((op, group))
+    assert len(by_comm) > 4  # the slices' communicators (of 1, 2 and 4 members), one per group
+    for comm, members in by_comm.items():
+        sequences = list(members.values())
+        assert all(s == sequences[0] for s in sequences), comm
+    groups = {rank: max(group for _, _, group in launches) for rank, launches in enumerate(every)}
+    assert len(set(groups.values())) == 1  # every rank made as many group calls

@@ -5,6 +5,7 @@ every program of the small cases on 2 and 4 pieces for real; here recording
 lanes show the order of the work and its waits, whatever the backend.
 """
 
+import contextlib
 from itertools import groupby
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from p2synth.hierarchies import Collective
 from p2synth.runtime.backends import NumpyBackend
-from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces, wavefront
+from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, slots, split_pieces, wavefront
 from p2synth.runtime.layout import Role
 
 
@@ -38,6 +39,12 @@ class Recorder:
     def lane(self, name: str) -> "RecordingLane":
         return RecordingLane(self, name)
 
+    @contextlib.contextmanager
+    def launch_group(self):
+        self.log.append(("group", "open"))
+        yield
+        self.log.append(("group", "close"))
+
 
 class RecordingLane:
     def __init__(self, recorder: Recorder, name: str):
@@ -50,6 +57,10 @@ class RecordingLane:
     def start(self, group, op, src, dst):
         self.recorder.log.append((self.name, "start", src, op))
         return ("step", src)
+
+    def launched(self, launch):
+        self.recorder.log.append((self.name, "launched", launch))
+        return launch
 
     def mark(self):
         self.recorder.marks += 1
@@ -74,7 +85,8 @@ def recorded_pipeline(pieces: int, steps: int, inactive: set[tuple[int, int]] = 
         )
 
     lanes = tuple(rec.lane(f"lane{k}") for k in range(steps))
-    return rec, Pipeline(tuple(piece(p) for p in range(pieces)), (tag("split"),), (tag("merge"),), rec.lane("main"), lanes)
+    return rec, Pipeline(tuple(piece(p) for p in range(pieces)), (tag("split"),), (tag("merge"),), rec.lane("main"), lanes,
+                         rec.launch_group)
 
 
 @pytest.mark.parametrize("pieces, steps", [(1, 1), (2, 1), (3, 2), (4, 3)])
@@ -96,6 +108,26 @@ def test_a_pipeline_waits_for_a_pieces_previous_step_before_its_next(pieces, ste
         assert at[(last, "wait", ("step", (p, steps - 1)))] < at[(last, "after", p, steps - 1)] < at[(last, "tail", p)]
     starts = [(entry[2]) for entry in log if entry[1] == "start"]
     assert starts == [(p, k) for p, k in wavefront(pieces, steps) if k < steps]  # the collectives start in wavefront order
+
+
+@pytest.mark.parametrize("pieces, steps", [(1, 1), (2, 1), (3, 2), (4, 3)])
+def test_each_slot_starts_its_collectives_in_one_launch_group_and_takes_their_pendings_after_it(pieces, steps):
+    """NCCL enqueues a group's collectives at its end: every start inside a group, one group per slot, every
+    pending (a CUDA event on cupy) taken after its group closed."""
+    rec, pipeline = recorded_pipeline(pieces, steps)
+    pipeline.run()
+    groups: list[list] = []
+    inside = False
+    for entry in rec.log:
+        if entry[0] == "group":
+            inside = entry[1] == "open"
+            groups += [[]] if inside else []
+        elif entry[1] == "start":
+            assert inside
+            groups[-1].append(entry[2])
+        elif entry[1] == "launched":
+            assert not inside
+    assert not inside and groups == [[(p, k) for p, k in slot if k < steps] for slot in slots(pieces, steps)]
 
 
 def test_an_inactive_step_starts_nothing_and_the_next_waits_for_its_lane():

