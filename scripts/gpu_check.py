@@ -56,7 +56,8 @@ from mpi4py import MPI
 
 from p2synth.hierarchies import Collective
 from p2synth.hierarchies.cli import one_line
-from p2synth.runtime.backends import BackendUnavailable, CupyBackend, CupyMissing, GroupComm
+from p2synth.runtime.backends import BackendUnavailable, CupyMissing, GroupComm
+from p2synth.runtime.nccl import CupyBackend
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces
 from p2synth.runtime.layout import Role

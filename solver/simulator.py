@@ -237,7 +237,7 @@ class Simulator:
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
         if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
             return all_to_all_time(alg, self.placement, shape, S, Z) + (h.step_overhead_us or 0.0) * 1e-6
-        factors, levels, spans = shape.factors, shape.levels, shape.spans
+        factors, levels = shape.factors, shape.levels
         m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
 
         # What one member sends across level l's boundary. Hierarchy-aware: the step's whole volume

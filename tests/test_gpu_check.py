@@ -18,11 +18,11 @@ from tests.runtime_support import MPI_ENV, ROOT
 
 WITH_FAKE = ("import sys, tests.fake_cupy as f; f.install(broken={!r}, schedule={!r}); {}"
              "from scripts.gpu_check import main; sys.exit(main())")
-BLIND = "import p2synth.runtime.backends as b\nclass Blind(b.StreamLane):\n    def wait(self, pending): pass\n"  # a lane that never waits
+BLIND = "import p2synth.runtime.nccl as b\nclass Blind(b.StreamLane):\n    def wait(self, pending): pass\n"  # a lane that never waits
 NO_STEP_EVENTS = BLIND + "stage = b.CupyBackend.stage_lanes\nb.CupyBackend.stage_lanes = lambda self, n: tuple(Blind(l.stream) for l in stage(self, n))\n"
 NO_JOIN = BLIND + "b.CupyBackend.main_lane = lambda self: Blind(self.stream)\n"
 # a step's event recorded inside its NCCL group call, before NCCL enqueues the collective (at the group's end)
-EVENT_IN_GROUP = ("import p2synth.runtime.backends as b\nstart = b.StreamLane.start\n"
+EVENT_IN_GROUP = ("import p2synth.runtime.nccl as b\nstart = b.StreamLane.start\n"
                   "b.StreamLane.start = lambda self, *a: (start(self, *a), self.mark())[1]\n"
                   "b.StreamLane.launched = lambda self, launch: launch\n")
 WITHOUT_CUPY = "import sys; sys.modules['cupy'] = None; from scripts.gpu_check import main; sys.exit(main())"

@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 import tests.fake_cupy as fake_cupy_module
 from p2synth.hierarchies import Collective
-from p2synth.runtime.backends import CupyBackend, NcclGroup
+from p2synth.runtime.nccl import CupyBackend, NcclGroup
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 from p2synth.runtime.executor import slots
 from scripts.gpu_check import DTYPES, PIECES, check_pipeline
@@ -168,7 +168,7 @@ from mpi4py import MPI
 import tests.fake_cupy as fake
 fake.install(ranks=4)
 from p2synth.hierarchies import Collective
-from p2synth.runtime.backends import CupyBackend
+from p2synth.runtime.nccl import CupyBackend
 from p2synth.runtime.executor import Buffers, Executor
 from tests.runtime_support import SMALL, all_programs, request_of
 world = MPI.COMM_WORLD
