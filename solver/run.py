@@ -23,7 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
 from p2synth.hierarchies.plan_file import parse_plan_file
 from p2synth.encodings.deadline import Deadline
-from p2synth.solver.exports import ExportFormat, export_placement
+from p2synth.solver.exports.formats import ExportFormat, export_placement
+from p2synth.solver.exports.planning import NotExportable
 from p2synth.hierarchies.abstract import count_programs
 from p2synth.solver.planner import SweepResult
 from p2synth.solver.report import render_single, render_workload
@@ -175,7 +176,13 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
             err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
             return EXIT_TIMEOUT
         # the same code as `python -m solver.exports plan.json`, on the result document this run would write
-        print(export_placement(parse_plan_file(result_json(problem, result, max_steps, args.proof)), args.placement, args.export), end="")
+        try:
+            source = export_placement(parse_plan_file(result_json(problem, result, max_steps, args.proof)),
+                                      args.placement, args.export)
+        except NotExportable as e:  # the spec's placement has no mesh (a single device)
+            err.print(f"error: --export: {e}", markup=False)
+            return EXIT_USAGE
+        print(source, end="")
     elif not args.quiet:
         (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
     if args.timeline:

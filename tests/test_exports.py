@@ -36,7 +36,10 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, P
 from p2synth.hierarchies.abstract import enumerate_programs
 from p2synth.hierarchies.program import to_program
 from p2synth.solver.exports.planning import RepackPlan, RequestPlan, identifiers, plan_module
-from p2synth.solver.exports import EXPORTERS, ExportRequest, export_jax, export_torch
+from p2synth.solver.exports.formats import EXPORTERS
+from p2synth.solver.exports.planning import ExportRequest
+from p2synth.solver.exports.to_jax import export_jax
+from p2synth.solver.exports.to_torch import export_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 8

@@ -86,7 +86,7 @@ def test_a_program_that_does_not_perform_its_request_is_one_line_and_exit_2(plan
 
 def test_an_internal_value_error_is_exit_1_with_one_line(plans, monkeypatch, capsys):
     """A ValueError from inside the exporter is a bug, not the user's: exit 1, one line (it used to be exit 2)."""
-    from p2synth.solver.exports import EXPORTERS, ExportFormat
+    from p2synth.solver.exports.formats import EXPORTERS, ExportFormat
     from p2synth.solver.exports.__main__ import main
 
     def broken(placement, requests):
@@ -98,3 +98,18 @@ def test_an_internal_value_error_is_exit_1_with_one_line(plans, monkeypatch, cap
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == ["internal error: ValueError: an exporter bug (set P2SYNTH_DEBUG=1 for a traceback)"]
+
+
+def test_exporting_a_single_device_is_one_line_and_exit_2_from_both_commands(tmp_path):
+    spec = tmp_path / "one.json"
+    spec.write_text(json.dumps({"hierarchy": {"name": "one", "levels": [{"name": "node", "count": 1}]},
+                                "axes": [{"name": "data", "size": 1}], "request": {"axes": ["data"]},
+                                "message_bytes": 1024}))
+    plan = tmp_path / "plan.json"
+    direct = _run("-m", "solver.run", str(spec), "--export", "torch", "--out", str(plan))
+    assert (direct.returncode, direct.stdout) == (2, "")
+    assert direct.stderr.splitlines() == [
+        "error: --export: placement 0 has no cells (a single device): there is no mesh to export"]
+    saved = _run("-m", "solver.exports", str(plan), "--format", "jax")
+    assert (saved.returncode, saved.stdout) == (2, "")
+    assert saved.stderr.splitlines() == ["error: placement 0 has no cells (a single device): there is no mesh to export"]

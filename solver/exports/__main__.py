@@ -15,28 +15,11 @@ import sys
 from pathlib import Path
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, quote, write_text_atomic
-from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
-from p2synth.solver.exports import ExportFormat, export_placement
-from p2synth.solver.exports.layout import check_exportable
+from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
+from p2synth.solver.exports.formats import ExportFormat, export_placement
+from p2synth.solver.exports.planning import NotExportable
 
 EXIT_OK, EXIT_INTERNAL = 0, 1
-
-
-class NotExportable(ValueError):
-    """The plan's placement cannot be exported as it stands: a program that does not perform its request, or no mesh."""
-
-
-def check_placement(plan: PlanFile, index: int) -> None:
-    """NotExportable unless placement `index` of `plan` has cells and every request's best program performs it
-    (the abstract semantics); PlanFileError for a bad index or entry."""
-    planned = plan.placement(index)
-    if not planned.placement.cells:
-        raise NotExportable(f"placement {index} has no cells (a single device): there is no mesh to export")
-    for r in planned.requests:
-        try:
-            check_exportable(planned.placement, r.named.request, (r.programs[0] if r.programs else r.default).program)
-        except ValueError as e:
-            raise NotExportable(f"placement {index}, request {r.named.name}: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,12 +41,10 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--out", type=Path, help="write the module here instead of printing it")
     try:
         args = p.parse_args(argv)
-        plan = load_plan_file(args.plan)
-        check_placement(plan, args.placement)
+        source = export_placement(load_plan_file(args.plan), args.placement, args.format)
     except (UsageError, PlanFileError, NotExportable) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    source = export_placement(plan, args.placement, args.format)
     try:
         if args.out is not None:
             write_text_atomic(source, args.out)

@@ -191,20 +191,24 @@ def identifiers(names: list[str]) -> list[str]:
     return out
 
 
+class NotExportable(ValueError):
+    """The user's plan cannot be exported as it stands: a program that does not perform its request, or no mesh."""
+
+
 def check_exportable(placement: Placement, request: Request, program: Program) -> None:
-    """Raise ValueError unless `program` is a valid program for `request` (abstract semantics)."""
+    """Raise NotExportable unless `program` is a valid program for `request` (abstract semantics)."""
     cells = request.reduced_cells(placement)
     bits = {c: 1 << i for i, c in enumerate(cells)}
     masks = []
     for step in program.steps:
         stray = [dim_name(placement, c) for c in step.slice if c not in bits]
         if stray:
-            raise ValueError(f"step {step.text(placement)} names cells outside the request: {', '.join(stray)}")
+            raise NotExportable(f"step {step.text(placement)} names cells outside the request: {', '.join(stray)}")
         masks.append((step.op, sum(bits[c] for c in step.slice)))
     final = run(request.collective, len(cells), masks)
     if final is None or not is_goal(request.collective, final, len(cells)):
         text = program.text(placement) or "(empty program)"
-        raise ValueError(f"{text} does not perform {request.collective.value} over the request's cells")
+        raise NotExportable(f"{text} does not perform {request.collective.value} over the request's cells")
 
 
 def export_layout(placement: Placement, request: Request, program: Program) -> LayoutPlan:
@@ -264,10 +268,10 @@ def plan_request(placement: Placement, name: str, item: ExportRequest) -> Reques
 def plan_module(placement: Placement, requests: list[ExportRequest] | list[tuple]) -> ModulePlan:
     """Plan a generated module for `placement` and `requests` ((name, request, program, message_bytes) each).
 
-    Raises ValueError when a program is not valid for its request.
+    Raises NotExportable when a program is not valid for its request or the placement has no mesh.
     """
     if not placement.cells:
-        raise ValueError("the placement has no cells (a single device): there is no mesh to export")
+        raise NotExportable("the placement has no cells (a single device): there is no mesh to export")
     items = [ExportRequest(*r) for r in requests]
     names = identifiers([it.name for it in items])
     return ModulePlan(
