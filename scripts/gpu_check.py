@@ -30,7 +30,7 @@ It prints one line and exits with:
   is not installed (``import cupy`` finds no module): nothing to check;
 * 1: ``gpu_check: FAILED: ...``, a check gave a wrong result or raised (a CUDA
   or NCCL error);
-* 2: bad arguments (argparse's usage message);
+* 2: bad arguments, one ``error: ...`` line on stderr;
 * 3: ``gpu_check: FAILED: cupy backend unavailable: CuPy is installed but
   ...``: CuPy is there but cannot run (no CUDA driver or device, NCCL missing
   or not built, a broken install), a broken GPU setup rather than a skip.
@@ -40,7 +40,6 @@ It takes seconds (far under the 5 minutes allowed).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import itertools
@@ -55,7 +54,7 @@ import numpy as np
 from mpi4py import MPI
 
 from p2synth.hierarchies import Collective
-from p2synth.hierarchies.cli import one_line
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
 from p2synth.runtime.backends import BackendUnavailable, CupyMissing, GroupComm
 from p2synth.runtime.nccl import CupyBackend
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
@@ -67,7 +66,7 @@ IN_PLACE = (Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST)
 TRANSPOSE_TRIALS = 12
 PIECES = (2, 4)
 PIPELINE_CHUNKS = 4
-EXIT_OK, EXIT_FAILED, EXIT_BROKEN = 0, 1, 3  # and argparse's 2
+EXIT_OK, EXIT_FAILED, EXIT_BROKEN = 0, 1, 3  # and EXIT_USAGE (2)
 
 
 class CheckFailed(Exception):
@@ -232,10 +231,15 @@ def describe(backend: CupyBackend) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the four checks; print one line; 0 ok or skipped (no CuPy), 1 failed, 3 CuPy installed but unusable."""
-    p = argparse.ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n")[0])
+    """Run the four checks; print one line; 0 ok or skipped (no CuPy), 1 failed, 2 bad arguments, 3 CuPy installed
+    but unusable."""
+    p = ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     start = time.perf_counter()
     try:
         backend = CupyBackend(MPI.COMM_SELF)

@@ -107,3 +107,10 @@ def test_a_wrong_collective_fails_the_check_in_one_line(op, what):
     assert job.returncode == 1
     [line] = job.stdout.splitlines()
     assert line.startswith(f"gpu_check: FAILED: {what} on one rank: 1 of ")
+
+
+def test_bad_arguments_are_one_line_and_exit_2(capsys):
+    from scripts.gpu_check import main
+
+    assert main(["--seed", "x"]) == 2
+    assert capsys.readouterr().err == "error: argument --seed: invalid int value: 'x'\n"
