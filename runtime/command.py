@@ -15,11 +15,12 @@ for an unknown or missing subcommand.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from enum import Enum
 
-from p2synth.hierarchies.cli import EXIT_USAGE, invoked_as
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, invoked_as
 
 
 class Subcommand(str, Enum):
@@ -36,23 +37,25 @@ class Subcommand(str, Enum):
         return self.name.lower()
 
 
-USAGE = "usage: p2synth {" + "|".join(c.label for c in Subcommand) + "} ARGS...   (p2synth SUBCOMMAND --help for its options)"
+def parser() -> ArgumentParser:
+    """The command line ``p2synth SUBCOMMAND ARGS...``: the subcommand's own options go to its parser."""
+    p = ArgumentParser(prog="p2synth", description="Synthesize, export, benchmark and tune hierarchical collective "
+                       "programs; p2synth SUBCOMMAND --help gives each one's options.")
+    p.add_argument("subcommand", choices=[c.label for c in Subcommand], help="the tool to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``p2synth SUBCOMMAND ARGS...``; returns the subcommand's exit code (2 for a bad subcommand)."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stdout if args else sys.stderr)
-        return 0 if args else EXIT_USAGE
-    chosen = {c.label: c for c in Subcommand}.get(args[0])
-    if chosen is None:
-        print(f"error: unknown subcommand {args[0]!r}; choose one of {', '.join(c.label for c in Subcommand)}",
-              file=sys.stderr)
+    try:
+        args = parser().parse_args(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    chosen = next(c for c in Subcommand if c.label == args.subcommand)
     invoked_as(f"p2synth {chosen.label}")
-    module = importlib.import_module(chosen.value)
-    return module.main(args[1:])
+    return importlib.import_module(chosen.value).main(args.args)
 
 
 if __name__ == "__main__":
