@@ -8,7 +8,9 @@ solver or Z3. Two formats exist:
   ``default`` and ``programs``;
 * workload: ``workload`` (named requests with sizes and counts) at the top, and
   per placement a list ``requests``, one entry per workload request in the same
-  order, each with its own ``default`` and ``programs``.
+  order, each with its own ``default`` and ``programs``. A request whose spec
+  listed several sizes has one workload entry per size, named by :func:`sized_name`,
+  whose ``item`` field names the request as the spec gave it.
 
 Both become a :class:`PlanFile` of :class:`~hierarchies.program.NamedRequest` descriptions and, per
 placement, :class:`PlannedPlacement` entries holding one
@@ -33,6 +35,11 @@ from p2synth.hierarchies.program import Collective, NamedRequest, Program, Reque
 SINGLE_REQUEST_NAME = "request"  # the name a single-request plan's request goes by
 
 
+def sized_name(name: str, message_bytes: int) -> str:
+    """The name a request that lists several sizes is planned under for one of them: ``grad_allreduce_1048576``."""
+    return f"{name}_{message_bytes}"
+
+
 class PlanFileError(ValueError):
     """A plan file that cannot be read, or a choice from it that does not exist; the message is one line."""
 
@@ -53,6 +60,11 @@ class RequestPrograms:
     named: NamedRequest
     default: PlannedProgram
     programs: tuple[PlannedProgram, ...]
+
+    @property
+    def best(self) -> PlannedProgram:
+        """The program the plan runs for this request: the first of `programs`, or the default if there are none."""
+        return self.programs[0] if self.programs else self.default
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,7 @@ class PlanFile:
     entries: tuple[dict, ...]
     is_workload: bool
     document: dict = field(compare=False, hash=False, repr=False)
+    items: tuple[str, ...] = ()  # per request, the workload request it was planned for (its own name if empty)
 
     def placement(self, index: int) -> PlannedPlacement:
         """Placement `index` (in the file's order, best first) with every request's programs."""
@@ -106,6 +119,28 @@ class PlanFile:
     def request_names(self) -> tuple[str, ...]:
         """The names of the plan's requests, in order."""
         return tuple(r.name for r in self.requests)
+
+    def item_of(self, index: int) -> str:
+        """The name of the workload request (as the spec gave it) that request `index` was planned for."""
+        return self.items[index] if self.items else self.requests[index].name
+
+    def item_names(self) -> tuple[str, ...]:
+        """The workload requests as the spec gave them, each once, in order."""
+        return tuple(dict.fromkeys(self.item_of(i) for i in range(len(self.requests))))
+
+    def only_item(self) -> str:
+        """The name of the plan's only workload request; PlanFileError if there are several."""
+        items = self.item_names()
+        if len(items) != 1:
+            raise PlanFileError(f"the plan has {len(items)} requests ({', '.join(items)}); choose one by name")
+        return items[0]
+
+    def sizes_of(self, item: str) -> tuple[str, ...]:
+        """The names of the requests planned for the workload request `item`: itself, or one per listed size."""
+        names = tuple(r.name for i, r in enumerate(self.requests) if self.item_of(i) == item)
+        if not names:
+            raise PlanFileError(f"no request {quote(item)} in the plan; its requests: {', '.join(self.item_names())}")
+        return names
 
 
 def _request_programs(named: NamedRequest, body: dict, placement: Placement) -> RequestPrograms:
@@ -137,9 +172,11 @@ def parse_plan_file(data: Any) -> PlanFile:
         hierarchy = Hierarchy.model_validate(data["hierarchy"])
         axes = tuple(Axis(**a) for a in data["axes"])
         is_workload = "workload" in data
+        items: tuple[str, ...] = ()
         if is_workload:
             requests = tuple(NamedRequest(str(w["name"]), _request(axes, w), int(w["message_bytes"]), int(w.get("count", 1)))
                              for w in data["workload"])
+            items = tuple(str(w.get("item", w["name"])) for w in data["workload"])
         else:
             requests = (NamedRequest(SINGLE_REQUEST_NAME, _request(axes, data["request"]), int(data.get("message_bytes", 0))),)
     except ValidationError as e:
@@ -147,7 +184,7 @@ def parse_plan_file(data: Any) -> PlanFile:
         raise PlanFileError(f"bad plan: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise PlanFileError(f"bad plan: {type(e).__name__}: {one_line(e)}") from None
-    return PlanFile(hierarchy, axes, requests, tuple(data["placements"]), is_workload, data)
+    return PlanFile(hierarchy, axes, requests, tuple(data["placements"]), is_workload, data, items)
 
 
 def load_plan_file(path: str | Path) -> PlanFile:

@@ -61,6 +61,21 @@ def _request_spec(request: Request, placement: Placement) -> dict:
     return {"axes": [placement.axes[a].name for a in sorted(request.axes)], "collective": request.collective.value}
 
 
+def workload_json(problem: Problem) -> list[dict]:
+    """The workload's requests as planned, in the order of each placement's ``requests``.
+
+    A request that lists several sizes appears once per size, named by
+    :func:`~hierarchies.plan_file.sized_name`, with ``"item"`` naming the request as the spec gave it.
+    """
+    out = []
+    for w in problem.spec.workload or []:
+        given = w.model_dump(mode="json")
+        for name, size in w.sized():
+            out.append({**given, "name": name, "message_bytes": size,
+                        **({} if isinstance(w.message_bytes, int) else {"item": w.name})})
+    return out
+
+
 def is_complete(problem: Problem, plan: SweepResult) -> bool:
     """True when every placement was enumerated and solved with every program proved (or listed)."""
     return problem.placements_complete and plan.complete
@@ -76,7 +91,7 @@ def result_json(problem: Problem, plan: SweepResult, max_steps: int, proof: str 
     if not problem.is_workload:
         out["placements"] = [solution_json(p.requests[0].solution) for p in plan.placements]
         return out
-    out["workload"] = [w.model_dump(mode="json") for w in problem.spec.workload or []]
+    out["workload"] = workload_json(problem)
     out["placements"] = [
         {"matrix": [list(r) for r in p.placement.matrix], "description": p.placement.describe(),
          "total_s": p.total_s, "default_total_s": p.default_total_s, "optimal": p.optimal,

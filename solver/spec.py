@@ -20,6 +20,7 @@ from p2synth.hierarchies.cli import quote
 from p2synth.hierarchies.library import UnknownSystemError, load_system, system_names
 from p2synth.hierarchies.model import NAME_PATTERN, Hierarchy
 from p2synth.hierarchies.placement import Axis, Matrix, Placement, PlacementError
+from p2synth.hierarchies.plan_file import sized_name
 from p2synth.hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, Request
 from p2synth.solver.models import CostModelKind
 
@@ -36,6 +37,7 @@ MAX_AXES = 32
 MAX_NAME = 64  # characters in any name (axis, level, request, hierarchy)
 MAX_MESSAGE_BYTES = 2**50
 MAX_COUNT = 10**6  # occurrences of one request per training step
+MAX_SIZES = 32  # message sizes one workload request may list
 DEFAULT_PIPELINE = (1, 2, 4, 8, 16)  # piece counts the search considers unless the spec narrows them
 
 
@@ -96,8 +98,26 @@ PlacementsField = Annotated[
     Discriminator(_placements_kind, custom_error_type="placements_kind",
                   custom_error_message='must be "all" or a non-empty list of matrices (lists of rows of integers)'),
 ]
+
+
+def _sizes_kind(value: Any) -> str | None:
+    if isinstance(value, list):
+        return "sizes"
+    return "size" if isinstance(value, (int, float, str)) else None
+
+
+MessageBytes = Annotated[int, Field(gt=0, le=MAX_MESSAGE_BYTES)]
+SizesField = Annotated[
+    Union[
+        Annotated[MessageBytes, Tag("size")],
+        Annotated[list[MessageBytes], Field(min_length=1, max_length=MAX_SIZES), Tag("sizes")],
+    ],
+    Discriminator(_sizes_kind, custom_error_type="sizes_kind",
+                  custom_error_message="must be a number of bytes or a non-empty list of them"),
+]
 # pydantic names the union member in an error's path, right after the field: not part of the user's path
-_UNION_TAGS = {"hierarchy": {"by-name", "by-system", "explicit"}, "placements": {"all", "matrices"}}
+_UNION_TAGS = {"hierarchy": {"by-name", "by-system", "explicit"}, "placements": {"all", "matrices"},
+               "message_bytes": {"size", "sizes"}}
 
 
 class RequestSpec(BaseModel):
@@ -113,8 +133,24 @@ class WorkloadItem(RequestSpec):
     """A named request of a training step, with its size and how often it runs per step."""
 
     name: str = Field(pattern=NAME_PATTERN, description="name of this request, e.g. grad_allreduce")
-    message_bytes: int = Field(gt=0, le=MAX_MESSAGE_BYTES, description="bytes per device of one occurrence")
-    count: int = Field(default=1, gt=0, le=MAX_COUNT, description="how many times it runs per training step")
+    message_bytes: SizesField = Field(
+        description="bytes per device of one occurrence, or a list of sizes to plan separately (e.g. DDP bucket sizes)")
+    count: int = Field(default=1, gt=0, le=MAX_COUNT, description="how many times it runs per training step (each size, for a list)")
+
+    @field_validator("message_bytes")
+    @classmethod
+    def _sizes_once(cls, sizes: int | list[int]) -> int | list[int]:
+        if isinstance(sizes, list):
+            if len(set(sizes)) != len(sizes):
+                raise ValueError("lists a size twice; list each once")
+            return sorted(sizes)
+        return sizes
+
+    def sized(self) -> list[tuple[str, int]]:
+        """The (name, message_bytes) entries this request is planned as: itself, or one per listed size."""
+        if isinstance(self.message_bytes, int):
+            return [(self.name, self.message_bytes)]
+        return [(sized_name(self.name, size), size) for size in self.message_bytes]
 
 
 class Spec(BaseModel):
@@ -196,9 +232,7 @@ def _format_validation_error(err: ValidationError) -> list[str]:
 
 def _user_path(loc: tuple) -> tuple:
     """An error's path as the user wrote it (without the union member pydantic inserts after some fields)."""
-    if len(loc) > 1 and loc[1] in _UNION_TAGS.get(loc[0], ()):
-        return loc[:1] + loc[2:]
-    return loc
+    return tuple(part for i, part in enumerate(loc) if not (i and part in _UNION_TAGS.get(loc[i - 1], ())))
 
 
 _ROOT_FIELDS = "request/workload"  # the one check on the spec as a whole: give one of them
@@ -297,12 +331,7 @@ def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: 
             f"{hierarchy.num_devices} devices; make the product of axis sizes equal the device count"
         ])
     if spec.workload is not None:
-        if len({w.name for w in spec.workload}) != len(spec.workload):
-            raise SpecError(["workload: request names must be unique; rename the repeated one"])
-        requests = tuple(
-            NamedRequest(w.name, _resolve_request(w, axes, f"workload.{i}"), w.message_bytes, w.count)
-            for i, w in enumerate(spec.workload)
-        )
+        requests = _workload_requests(spec.workload, axes)
     else:
         assert spec.request is not None
         requests = (NamedRequest("request", _resolve_request(spec.request, axes, "request"), spec.message_bytes),)
@@ -312,6 +341,18 @@ def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: 
         matrices = _listed_matrices(spec.placements, hierarchy, axes)
         count = len(matrices)
     return Problem(spec, hierarchy, axes, requests, matrices, count)
+
+
+def _workload_requests(workload: list[WorkloadItem], axes: tuple[Axis, ...]) -> tuple[NamedRequest, ...]:
+    """The workload's requests as planned: one per request and listed size; SpecError for a repeated name."""
+    requests = tuple(
+        NamedRequest(name, _resolve_request(w, axes, f"workload.{i}"), size, w.count)
+        for i, w in enumerate(workload) for name, size in w.sized()
+    )
+    if len({r.name for r in requests}) != len(requests):
+        raise SpecError(["workload: request names must be unique (a request that lists sizes is planned as "
+                         "NAME_BYTES for each); rename the repeated one"])
+    return requests
 
 
 def _all_matrices(hierarchy: Hierarchy, axes: tuple[Axis, ...], deadline: Deadline | None,
