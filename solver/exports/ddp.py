@@ -1,0 +1,167 @@
+"""A PyTorch DistributedDataParallel communication hook that all-reduces each gradient bucket with a plan's program.
+
+::
+
+    from p2synth.solver.exports.ddp import p2synth_hook
+    ddp = DistributedDataParallel(model)                      # after dist.init_process_group(...)
+    ddp.register_comm_hook(None, p2synth_hook("plan.json", placement=0, request="grad_allreduce"))
+
+The hook runs exactly what the exporter exports: :func:`p2synth_hook` renders
+the placement's PyTorch module (:func:`~solver.exports.formats.export_placement`),
+loads it once, calls its ``build_mesh()`` once (every process group is created
+there, at attach time), and then runs one of its request functions per bucket:
+the one planned for the bucket's size, or for the nearest planned size
+(:mod:`solver.exports.buckets`). Each bucket is divided by the process group's
+size first, as DDP's own all-reduce hook does, so training computes what the
+default hook computes.
+
+Buckets run on one worker thread in the order DDP hands them over, which is
+the same on every rank; the hook returns a ``torch.futures.Future`` at once, so
+the backward pass goes on computing while buckets are reduced. torch is
+imported only when a hook is attached. docs/exports.md describes the hook.
+"""
+
+from __future__ import annotations
+
+import linecache
+import logging
+import queue
+import threading
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
+from p2synth.solver.exports.buckets import BucketPlan, HookError, SizedProgram, bucket_plan, check_world
+from p2synth.solver.exports.formats import ExportFormat, export_placement
+from p2synth.solver.exports.planning import NotExportable
+
+LOG = logging.getLogger("p2synth")
+
+
+def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str | None = None,
+                 process_group: Any = None, device_type: str | None = None) -> "PlanHook":
+    """A DDP communication hook running placement `placement`'s programs of workload request `request`.
+
+    `plan` is a plan file (or its path); `request` names a workload request as
+    the spec gave it (None: the plan's only request). `process_group` must be
+    the one DDP reduces over (None: the world). `device_type` is the mesh's
+    (None: "cpu" under gloo, else the module's default). Collective: call it on
+    every rank, once, after ``dist.init_process_group()``. A plan that does not
+    fit the job raises HookError, whose message is one line, before any
+    process group is created.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise HookError("torch.distributed is not initialized: call dist.init_process_group() before attaching the hook")
+    try:
+        plan_file = plan if isinstance(plan, PlanFile) else load_plan_file(plan)
+        buckets = bucket_plan(plan_file, placement, request)
+        source = export_placement(plan_file, placement, ExportFormat.TORCH)
+    except (PlanFileError, NotExportable) as e:
+        raise HookError(str(e)) from None
+    group = process_group if process_group is not None else dist.group.WORLD
+    check_world(buckets, dist.get_world_size(), dist.get_rank(), tuple(dist.get_process_group_ranks(group)))
+    module = load_module(source, f"p2synth_plan_{placement}")
+    if device_type is None and dist.get_backend() == "gloo":
+        device_type = "cpu"
+    mesh = module.build_mesh(device_type)
+    functions = {s.name: module.REQUESTS[s.name] for s in buckets.sizes}
+    LOG.info("p2synth DDP hook: %s", buckets.describe())
+    return PlanHook(buckets, functions, mesh, dist.get_world_size(group))
+
+
+def load_module(source: str, name: str) -> types.ModuleType:
+    """Run a generated module's `source` as a new module called `name` (tracebacks show its lines)."""
+    filename = f"<{name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module
+
+
+class PlanHook:
+    """The hook :func:`p2synth_hook` returns: ``hook(state, bucket)`` queues the bucket and returns its Future.
+
+    `reduced` counts the buckets reduced so far; :meth:`close` stops the worker thread.
+    """
+
+    def __init__(self, plan: BucketPlan, functions: dict[str, Callable], mesh: Any, divisor: int):
+        self.plan = plan
+        self.reduced = 0
+        self.__name__ = self.__qualname__ = "p2synth_hook"  # DDP reads a hook's names, as of a function
+        self._functions, self._mesh, self._divisor = functions, mesh, divisor
+        self._chosen: dict[int, SizedProgram] = {}
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._work, name="p2synth-ddp-hook", daemon=True)
+        self._worker.start()
+
+    def __call__(self, state, bucket):  # DDP checks that a parameter is called `bucket`, and any annotations
+        """Queue `bucket` for the worker; the returned Future completes with the reduced bucket."""
+        import torch
+
+        buffer = bucket.buffer()
+        sized = self.choose(buffer.numel() * buffer.element_size())
+        future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+        ready = None
+        if buffer.is_cuda:  # the worker's stream must wait for the gradients copied into the bucket
+            ready = torch.cuda.Event()
+            ready.record()
+        self._jobs.put((buffer, sized, future, ready))
+        return future
+
+    def choose(self, nbytes: int) -> SizedProgram:
+        """The program for buckets of `nbytes` bytes; the first time a size is not planned, says so in the log."""
+        sized = self._chosen.get(nbytes)
+        if sized is None:
+            sized = self._chosen[nbytes] = self.plan.choose(nbytes)
+            if not self.plan.covers(nbytes):
+                LOG.warning("p2synth DDP hook: no program of %s is planned for %s-byte buckets; "
+                            "running the one planned for %s bytes (the nearest planned size)",
+                            self.plan.request, f"{nbytes:,}", f"{sized.message_bytes:,}")
+        return sized
+
+    def chosen(self) -> dict[int, SizedProgram]:
+        """The program chosen for each bucket size (bytes) met so far."""
+        return dict(self._chosen)
+
+    def close(self) -> None:
+        """Stop the worker thread once the queued buckets are reduced."""
+        self._jobs.put(None)
+        self._worker.join()
+
+    def _work(self) -> None:
+        """The worker thread: reduce the queued buckets in order, completing each Future."""
+        import torch
+
+        while (job := self._jobs.get()) is not None:
+            buffer, sized, future, ready = job
+            try:
+                if ready is not None:
+                    torch.cuda.set_device(buffer.device)
+                    torch.cuda.current_stream().wait_event(ready)
+                reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
+                self.reduced += 1
+                future.set_result(buffer)
+            except Exception as e:  # noqa: BLE001  (DDP raises it from the Future, in the backward pass)
+                future.set_exception(e)
+
+
+def reduce_bucket(buffer: Any, function: Callable, mesh: Any, multiple: int, divisor: int) -> Any:
+    """Average the flat tensor `buffer` over its group in place with the request `function` of the plan's module.
+
+    The buffer is divided by `divisor` first (as DDP's all-reduce hook does),
+    zero-padded to a multiple of `multiple` elements for the run, and unpadded.
+    """
+    import torch
+
+    n = buffer.numel()
+    buffer.div_(divisor)
+    padded = -(-n // multiple) * multiple
+    x = buffer if padded == n else torch.cat([buffer, buffer.new_zeros(padded - n)])
+    out = function(x, mesh)
+    if out.data_ptr() != buffer.data_ptr():
+        buffer.copy_(out.view(-1)[:n])
+    return buffer

@@ -1,0 +1,96 @@
+"""The DDP hook's choices and attach-time checks, without torch (tests/test_ddp_torch.py trains for real)."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+
+from p2synth.hierarchies.plan_file import parse_plan_file
+from p2synth.solver.exports.buckets import HookError, bucket_plan, check_world
+from tests.test_spec_sizes import SPEC, plan_of
+
+# data 4 x tensor 2 on node 2 x core 4: a gradient all-reduce at two sizes, a tensor reduce-scatter
+SPLIT = {**SPEC, "axes": [{"name": "data", "size": 4}, {"name": "tensor", "size": 2}],
+         "workload": [{"name": "grad_allreduce", "axes": ["data"], "message_bytes": [4096, 1048576]},
+                      {"name": "tp", "axes": ["tensor"], "collective": "reduce_scatter", "message_bytes": 4096}],
+         "placements": [[[2, 2], [1, 2]]]}
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    """The plan of SPEC (8 ranks, data 8): grad_allreduce at 4 KiB, 1 MiB and 25 MiB, and loss."""
+    return plan_of(SPEC)
+
+
+@pytest.fixture(scope="module")
+def split() -> dict:
+    """The plan of SPLIT: data=[node 2, core 2], tensor=[core 2]."""
+    return plan_of(SPLIT)
+
+
+def hook_error(document: dict, placement: int = 0, request: str | None = "grad_allreduce") -> str:
+    """The message of the HookError that choosing the programs raises."""
+    with pytest.raises(HookError) as info:
+        bucket_plan(parse_plan_file(document), placement, request)
+    return str(info.value)
+
+
+def test_each_bucket_runs_its_size_or_the_nearest_planned_size_by_ratio(document):
+    plan = bucket_plan(parse_plan_file(document), 0, "grad_allreduce")
+    assert [s.message_bytes for s in plan.sizes] == [4096, 1 << 20, 25 << 20]
+    cases = {4096: 4096, 1: 4096, 0: 4096, 65535: 4096, 65536: 1 << 20,  # 65536 is as far from both: the larger
+             5 << 20: 1 << 20, 6 << 20: 25 << 20, 1 << 40: 25 << 20}
+    assert {n: plan.choose(n).message_bytes for n in cases} == cases
+    assert [n for n in cases if plan.covers(n)] == [4096]
+
+
+def test_a_bucket_pads_to_every_chunk_and_piece_of_its_program(document):
+    plan = bucket_plan(parse_plan_file(document), 0, "grad_allreduce")
+    assert [(s.name, s.group_size, s.program.pipeline, s.multiple) for s in plan.sizes] == [
+        ("grad_allreduce_4096", 8, 1, 8), ("grad_allreduce_1048576", 8, 16, 128), ("grad_allreduce_26214400", 8, 16, 128)]
+    assert plan.describe().startswith("placement 0 (data=[node 2, core 4]), request grad_allreduce: 4,096 bytes: "
+                                      "RS(data@core) -> AR(data@node) -> AG(data@core); 1,048,576 bytes: ")
+
+
+def test_a_size_without_programs_runs_the_default(document):
+    edited = copy.deepcopy(document)
+    edited["placements"][0]["requests"][1]["programs"] = []
+    plan = bucket_plan(parse_plan_file(edited), 0, "grad_allreduce")
+    assert plan.sizes[1].program.text(plan.placement) == "AR(data@node,data@core)" and plan.sizes[1].multiple == 8
+
+
+def test_the_only_request_is_the_default_choice(document, split):
+    single = {**document, "workload": document["workload"][:3],
+              "placements": [{**p, "requests": p["requests"][:3]} for p in document["placements"]]}
+    assert bucket_plan(parse_plan_file(single), 0, None).request == "grad_allreduce"
+    assert hook_error(document, request=None) == "the plan has 2 requests (grad_allreduce, loss); choose one by name"
+
+
+@pytest.mark.parametrize("placement,name,line", [
+    (1, "grad_allreduce", "placement index 1 out of range: the plan has 1 placement(s)"),
+    (0, "grads", "no request 'grads' in the plan; its requests: grad_allreduce, tp"),
+    (0, "tp", "request 'tp' is a reduce_scatter, not an all_reduce: a DDP hook all-reduces gradient buckets"),
+])
+def test_bad_choices_fail_with_one_line(split, placement, name, line):
+    assert hook_error(split, placement, name) == line
+
+
+def test_the_job_must_have_the_plans_devices_and_ddps_group_must_be_the_reduction_group(split):
+    plan = bucket_plan(parse_plan_file(split), 0, "grad_allreduce")
+    assert [plan.group(r) for r in (0, 1, 5)] == [(0, 2, 4, 6), (1, 3, 5, 7), (1, 3, 5, 7)]
+    check_world(plan, 8, 5, (7, 5, 3, 1))  # fits: any order
+    with pytest.raises(HookError) as info:
+        check_world(plan, 16, 0, tuple(range(16)))
+    assert str(info.value) == ("the plan's placement 0 is for 8 devices, but the job has world size 16; "
+                               "plan for this job's hierarchy")
+    with pytest.raises(HookError) as info:
+        check_world(plan, 8, 0, tuple(range(8)))  # DDP over the world, the plan's data axis is half of it
+    assert str(info.value) == ("request 'grad_allreduce' reduces over data: rank 0 reduces with ranks [0, 2, 4, 6], "
+                               "but DDP's process group holds ranks [0, 1, 2, 3, 4, 5, 6, 7]; "
+                               "pass DDP's process group, or plan the request over the axes it spans")
+
+
+def test_importing_the_hook_module_does_not_import_torch():
+    code = "import sys, p2synth.solver.exports.ddp; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
