@@ -85,8 +85,11 @@ def load_module(source: str, name: str) -> types.ModuleType:
 class PlanHook:
     """The hook :func:`p2synth_hook` returns: ``hook(state, bucket)`` queues the bucket and returns its Future.
 
-    `reduced` counts the buckets reduced so far; :meth:`close` stops the worker thread.
+    `state` is what to register it with (None: the hook keeps its own state); `reduced` counts the
+    buckets reduced so far; :meth:`close` stops the worker thread.
     """
+
+    state = None
 
     def __init__(self, plan: BucketPlan, functions: dict[str, Callable], mesh: Any, divisor: int):
         self.plan = plan
