@@ -154,7 +154,7 @@ def test_all_to_all_exports_call_the_frameworks_all_to_all_over_each_step_group(
     request = Request(frozenset({0}), Collective.ALL_TO_ALL)
     program = Program((Step(Collective.ALL_TO_ALL, (node,)), Step(Collective.ALL_TO_ALL, (gpu,))))
     torch_src = export_torch(placement, [("token_dispatch", request, program, 1 << 20)])
-    assert "dist.all_to_all_single(out.view(-1), send.view(-1), group=group)" in torch_src
+    assert "dist.all_to_all_single(out.view(-1), send.view(-1), group=group, async_op=async_op)" in torch_src
     body = torch_src[torch_src.index("def token_dispatch"):].split('    """\n')[1]
     assert body.split("\n")[:9] == [
         "    x = _chunked(tensor, (2, 4))  # buffer [data@node, data@gpu, *]",
