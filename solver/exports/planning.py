@@ -17,6 +17,12 @@ of hierarchies/layout.py (the one the MPI runtime runs) for groups that number
 their members in mesh order, seen on the layout cells only. This module turns
 that plan into steps and repacks over named mesh dimensions; to_torch and
 to_jax render them (with solver/exports/rendering.py).
+
+Each request runs the program solver/exports/choice.py picks from its ranked
+list for the target framework. A pipelined program (``Program.pipeline = P >
+1``) keeps the runtime's cut (runtime/executor.py): piece ``p`` is the ``p``-th
+of P equal slices of every chunk of the input, each piece runs the layout plan
+on its own buffer, and the pieces' steps run as the runtime's wavefront.
 """
 
 from __future__ import annotations
@@ -29,18 +35,28 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from p2synth.hierarchies.abstract import is_goal, run
-from p2synth.hierarchies.layout import Exchange, Layout, LayoutPlan, MemberOrder, mesh_order, plan_layout, split_cells
+from p2synth.hierarchies.layout import (
+    Exchange, Layout, LayoutPlan, MemberOrder, held_chunks, mesh_order, plan_layout, split_cells,
+)
 from p2synth.hierarchies.placement import Cell, Placement
 from p2synth.hierarchies.program import Collective, Program, Request
+from p2synth.solver.exports.choice import Choice, ExportFormat, RankedProgram, choose
 
 
 class ExportRequest(NamedTuple):
-    """One request to export: the function's name, the request, its program, the message size it was planned for."""
+    """One request to export: the function's name, the request, its program, the message size it was planned for,
+    and the plan's ranked programs for it (best first, with predicted seconds).
+
+    With `ranked`, the exporter runs the first of them its framework can
+    express (`program` is then the first, for the record); without, it runs
+    `program`, whose rank and predicted time it says are unknown.
+    """
 
     name: str
     request: Request
     program: Program
     message_bytes: int
+    ranked: tuple[RankedProgram, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,10 +110,18 @@ class RequestPlan:
     axes: tuple[str, ...]
     group_size: int
     program_text: str
+    choice: str
     message_bytes: int
+    pieces: int
+    chunks: tuple[int, int]
     layout: tuple[str, ...]
     layout_sizes: tuple[int, ...]
     actions: tuple[ActionPlan, ...]
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the request runs on several pieces (a program with steps and ``pipeline > 1``)."""
+        return self.pieces > 1 and bool(self.steps)
 
     @property
     def steps(self) -> tuple[StepPlan, ...]:
@@ -138,6 +162,11 @@ class ModulePlan:
     def uses(self, op: Collective) -> bool:
         """Whether any step of any request is `op`."""
         return any(step.op is op for req in self.requests for step in req.steps)
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether any request runs pipelined."""
+        return any(req.pipelined for req in self.requests)
 
     @property
     def repacks(self) -> bool:
@@ -192,7 +221,8 @@ def identifiers(names: list[str]) -> list[str]:
 
 
 class NotExportable(ValueError):
-    """The user's plan cannot be exported as it stands: a program that does not perform its request, or no mesh."""
+    """The user's plan cannot be exported as it stands: a program that does not perform its request, no mesh, or
+    no program the framework can express."""
 
 
 def check_exportable(placement: Placement, request: Request, program: Program) -> None:
@@ -237,19 +267,24 @@ def plan_actions(placement: Placement, plan: LayoutPlan) -> tuple[ActionPlan, ..
     return tuple(out)
 
 
-def _program_text(placement: Placement, program: Program) -> str:
-    """The program as the generated module describes it; a pipelined one says that the module runs it unpipelined."""
-    text = program.sequential().text(placement) or "(nothing to do)"
-    if program.pipeline > 1:
-        text += (f" (the plan pipelines it on {program.pipeline} pieces; this module runs the steps on the whole "
-                 "buffer, one after the other: the same result, without the overlap)")
-    return text
+def choose_program(placement: Placement, item: ExportRequest, fmt: ExportFormat) -> Choice:
+    """The program `fmt`'s export of `item` runs (choice.py); NotExportable, saying why and what to do, if none."""
+    choice = choose(item.program, item.ranked, fmt)
+    if choice is not None:
+        return choice
+    best = (item.ranked[0].program if item.ranked else item.program).text(placement)
+    which = f"every program the plan lists for it uses one (the best: {best})" if item.ranked else f"its program {best} uses one"
+    rooted = " or ".join(op.value for op in Collective if op in fmt.missing)
+    raise NotExportable(f"{fmt.title} has no rooted {rooted} step, and {which}; export it for PyTorch (--format torch)")
 
 
-def plan_request(placement: Placement, name: str, item: ExportRequest) -> RequestPlan:
-    """Validate one request's program and plan it under the identifier `name`."""
-    check_exportable(placement, item.request, item.program)
-    layout = export_layout(placement, item.request, item.program)
+def plan_request(placement: Placement, name: str, item: ExportRequest, fmt: ExportFormat) -> RequestPlan:
+    """Choose one request's program for `fmt`, validate it and plan it under the identifier `name`."""
+    choice = choose_program(placement, item, fmt)
+    program = choice.chosen.program
+    check_exportable(placement, item.request, program)
+    full = plan_layout(placement, item.request, program, MemberOrder.MESH)
+    layout = export_layout(placement, item.request, program)
     group_size = math.prod(placement.factor(c) for c in item.request.reduced_cells(placement))
     return RequestPlan(
         name=name,
@@ -257,27 +292,40 @@ def plan_request(placement: Placement, name: str, item: ExportRequest) -> Reques
         collective=item.request.collective,
         axes=tuple(placement.axes[a].name for a in sorted(item.request.axes)),
         group_size=group_size,
-        program_text=_program_text(placement, item.program),
+        program_text=program.text(placement) or "(nothing to do)",
+        choice=choice.describe(),
         message_bytes=item.message_bytes,
+        pieces=program.pipeline,
+        chunks=(held_chunks(placement, full.start), held_chunks(placement, full.end)),
         layout=dim_names(placement, layout.start),
         layout_sizes=tuple(placement.factor(c) for c in layout.start),
         actions=plan_actions(placement, layout),
     )
 
 
-def plan_module(placement: Placement, requests: list[ExportRequest] | list[tuple]) -> ModulePlan:
-    """Plan a generated module for `placement` and `requests` ((name, request, program, message_bytes) each).
+def plan_module(
+    placement: Placement, requests: list[ExportRequest] | list[tuple], fmt: ExportFormat | str = ExportFormat.TORCH
+) -> ModulePlan:
+    """Plan a `fmt` module for `placement` and `requests` (ExportRequest items; plain tuples work too).
 
-    Raises NotExportable when a program is not valid for its request or the placement has no mesh.
+    Raises NotExportable (naming the request) when a request's program is not
+    valid for it or `fmt` can express none of its programs, and when the
+    placement has no mesh.
     """
     if not placement.cells:
         raise NotExportable("the placement has no cells (a single device): there is no mesh to export")
     items = [ExportRequest(*r) for r in requests]
     names = identifiers([it.name for it in items])
+    planned = []
+    for name, item in zip(names, items, strict=True):
+        try:
+            planned.append(plan_request(placement, name, item, ExportFormat(fmt)))
+        except NotExportable as e:
+            raise NotExportable(f"request {item.name}: {e}") from None
     return ModulePlan(
         hierarchy_name=placement.hierarchy.name,
         hierarchy=placement.hierarchy.describe(),
         placement=placement.describe(),
         dims=mesh_dims(placement),
-        requests=tuple(plan_request(placement, n, it) for n, it in zip(names, items, strict=True)),
+        requests=tuple(planned),
     )

@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Callable
 
 from p2synth.hierarchies.program import Collective
-from p2synth.solver.exports.planning import ActionPlan, ModulePlan, RepackPlan, RequestPlan
+from p2synth.solver.exports.planning import ActionPlan, ModulePlan, RepackPlan, RequestPlan, StepPlan
 
 
 def py_strings(names: tuple[str, ...]) -> str:
@@ -58,7 +58,10 @@ def header(plan: ModulePlan, framework: str, usage: tuple[str, ...]) -> list[str
     for r in plan.requests:
         what = f"{r.collective.value} over {', '.join(r.axes)}"
         lines.append(f"#   {r.name}: {what} ({devices(r.group_size)}, {r.message_bytes} bytes)")
+        lines.append(f"#       runs {r.choice}:")
         lines += wrap_program(r.program_text, "#       ", "#         ")
+        if r.pipelined:
+            lines.append(f"#       pipelined: {r.pieces} pieces, their steps a wavefront as the runtime runs them")
     lines += ["#", "# Usage:"] + [f"#     {u}" for u in usage]
     return lines
 
@@ -107,13 +110,16 @@ def action_comment(action: ActionPlan, number: int) -> str:
     return f"{number}. {action.text}{_STEP_NOTES.get(action.op, '').format(layout)}"
 
 
-def request_function(
-    req: RequestPlan, signature: str, notes: str, action_code: Callable[[ActionPlan], str], final: str
-) -> list[str]:
-    """Source lines of the function running one request: docstring, buffer layout, one commented line per action.
+# Renders a step's call (pipelined: started, returning the buffer and what to wait for) or a repack on buffer x.
+ActionCode = Callable[[ActionPlan, bool], str]
 
-    `notes` (framework-specific) follow the result in the docstring; `action_code` renders a
-    step's call or a repack on buffer ``x``; `final` is the returned expression.
+
+def request_function(req: RequestPlan, signature: str, notes: str, action_code: ActionCode, final: str) -> list[str]:
+    """Source lines of the function running one request: docstring, then its steps (pipelined or not), then `final`.
+
+    `notes` (framework-specific) follow the result in the docstring;
+    `action_code` renders a step's call or a repack on buffer ``x``; `final`
+    is the returned expression.
     """
     doc = RESULTS[req.collective].format(g=req.group_size) + " " + notes
     lines = [
@@ -121,19 +127,54 @@ def request_function(
         f'    """{req.collective.value} over {", ".join(req.axes)} ({devices(req.group_size)}).',
         "",
         *wrap_program(req.program_text, "    Program: ", "             "),
-        f"    Planned for {req.message_bytes}-byte messages.",
+        f"    Planned for {req.message_bytes}-byte messages; {req.choice}.",
         "",
         *textwrap.wrap(doc, width=96, initial_indent="    ", subsequent_indent="    "),
         '    """',
     ]
     if not req.steps:
         return lines + ["    return tensor  # a group of one device: nothing to do"]
-    lines.append(f"    x = _chunked(tensor, {req.layout_sizes!r})  # buffer {layout_comment(req.layout)}")
+    body = _pipelined_body(req, action_code) if req.pipelined else _sequential_body(req, action_code)
+    return lines + body + [f"    return {final}"]
+
+
+def _sequential_body(req: RequestPlan, action_code: ActionCode) -> list[str]:
+    """The steps run one after the other on the whole buffer: one commented line per action."""
+    lines = [f"    x = _chunked(tensor, {req.layout_sizes!r})  # buffer {layout_comment(req.layout)}"]
     number = 0
     for action in req.actions:
         number += not isinstance(action, RepackPlan)
-        lines += [f"    # {action_comment(action, number)}", f"    {action_code(action)}"]
-    return lines + [f"    return {final}"]
+        lines += [f"    # {action_comment(action, number)}", f"    {action_code(action, False)}"]
+    return lines
+
+
+def _pipelined_body(req: RequestPlan, action_code: ActionCode) -> list[str]:
+    """One function per step (the repacks before it, then the step started), a tail for the last repack, and the
+    call of ``_pipelined`` that runs them on the pieces as a wavefront."""
+    lines: list[str] = []
+    stages: list[list[str]] = [[]]
+    number = 0
+    for action in req.actions:
+        stages[-1].append(f"        # {action_comment(action, number + 1)}")
+        if isinstance(action, StepPlan):
+            number += 1
+            stages[-1].append(f"        {action_code(action, True)}")
+            lines += ["", f"    def step_{number}(x):", *stages[-1]]
+            stages.append([])
+        else:
+            stages[-1].append(f"        {action_code(action, True)}")
+    tail = "None"
+    if stages[-1]:
+        lines += ["", "    def tail(x):", *stages[-1], "        return x"]
+        tail = "tail"
+    steps = ", ".join(f"step_{k}" for k in range(1, number + 1)) + ("," if number == 1 else "")
+    chunks = req.chunks[0]
+    return lines + [
+        "",
+        f"    # piece p: the p-th of {req.pieces} slices of each of the {chunks} chunk{'s' if chunks > 1 else ''} "
+        f"of `tensor`, as buffer {layout_comment(req.layout)}",
+        f"    x = _pipelined(tensor, {req.chunks!r}, {req.layout_sizes!r}, {req.pieces}, ({steps}), {tail})",
+    ]
 
 
 def requests_table(plan: ModulePlan) -> list[str]:
@@ -145,3 +186,17 @@ def requests_table(plan: ModulePlan) -> list[str]:
 def helper_lines(snippets: list[str]) -> list[str]:
     """Helper sources as module lines, each with the blank lines PEP 8 puts around a function."""
     return [line for text in snippets for line in ["", *text.strip("\n").split("\n"), ""]]
+
+
+# The pipeline's schedule, as the runtime runs it (runtime/executor.py, `slots`): tests/test_exports_calls.py
+# checks that the generated modules' copy yields the runtime's order.
+WAVEFRONT = '''
+def _wavefront(pieces, steps):
+    """The (piece, stage) pairs in the runtime's order: slot t runs stage k of piece t - k, k = 0, 1, ..., steps.
+
+    Stage k < steps starts step k + 1 of the piece; stage `steps` is the piece's tail.
+    """
+    for slot in range(pieces + steps):
+        for stage in range(max(0, slot - pieces + 1), min(slot, steps) + 1):
+            yield slot - stage, stage
+'''

@@ -7,25 +7,29 @@ index is ``r`` (see :mod:`solver.exports.planning`). One function per request,
 ``name(tensor)``, runs its program inside ``shard_map`` with ``lax.psum``,
 ``lax.psum_scatter``, ``lax.all_gather`` and ``lax.all_to_all`` over tuples
 of axis names;
-``on_mesh(fn, mesh)`` wraps one for a global array.
+``on_mesh(fn, mesh)`` wraps one for a global array. A pipelined program runs
+as a loop over its pieces inside ``shard_map``, cut as the runtime cuts them
+and traced in the runtime's wavefront order.
 
-JAX has no rooted reduce or broadcast. A reduce is a ``psum`` (every member
-gets the sum, the root included, so the root's result is the reduce's); a
-broadcast is a ``psum`` of the values masked to zero off the root (exact: the
-others add zeros). The generated helpers say so.
+JAX has no rooted reduce or broadcast: each request runs the best program of
+its ranked list without such a step (solver/exports/choice.py), or is not
+exported.
 """
 
 from __future__ import annotations
 
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
+from p2synth.solver.exports.choice import ExportFormat
 from p2synth.solver.exports.planning import ActionPlan, ExportRequest, ModulePlan, RequestPlan, StepPlan, plan_module
-from p2synth.solver.exports.rendering import header, helper_lines, py_strings, request_function, requests_table
+from p2synth.solver.exports.rendering import (
+    WAVEFRONT, header, helper_lines, py_strings, request_function, requests_table,
+)
 
 
 def _imports(plan: ModulePlan) -> list[str]:
-    """The module's imports: jax.numpy only if a request repacks or a helper masks values, lax only if there are steps."""
-    jnp = plan.repacks or plan.uses(Collective.BROADCAST)
+    """The module's imports: jax.numpy only if a request repacks or runs pipelined, lax only if there are steps."""
+    jnp = plan.repacks or plan.pipelined
     lax = any(r.steps for r in plan.requests)
     return [
         "import math",
@@ -79,29 +83,27 @@ def _all_to_all(x, axes):
     return out.reshape(x.shape)
 '''
 
-_REDUCE = '''
-def _reduce(x, axes):
-    """Reduce to the root of each group over `axes` (index 0 on all of them).
+_PIPELINED = '''
+def _pipelined(tensor, chunks, sizes, pieces, steps, tail):
+    """Run a program's `steps` on `pieces` pieces of `tensor`, traced in the runtime's wavefront order; the result, flat.
 
-    JAX has no rooted reduce: this is a psum, so every member gets the sum. The root's result is
-    the reduce's; the others' copies are extra (a reduce leaves them undefined).
+    `chunks` are the chunks of the input and of the output (dim-0 blocks); piece p is the p-th of
+    `pieces` equal slices of every chunk, a buffer [*sizes, rest]. steps[k](x) runs step k + 1 of
+    a piece; `tail` (if any) the last repack. The pieces' outputs go back in chunk order.
     """
-    return lax.psum(x, axes)
-'''
-
-_BROADCAST = '''
-def _broadcast(x, axes):
-    """Send the root's `x` (index 0 on every axis of `axes`) to every member of its group.
-
-    JAX has no rooted broadcast: this is a psum of `x` masked to zero off the root, which is
-    exact (the other members add zeros).
-    """
-    is_root = lax.axis_index(axes) == 0
-    return lax.psum(jnp.where(is_root, x, jnp.zeros_like(x)), axes)
+    if tensor.ndim == 0 or tensor.shape[0] % chunks[0] or tensor.size % (chunks[0] * pieces):
+        raise ValueError(f"an array of shape {tensor.shape} doesn't split into {chunks[0]} chunks of {pieces} pieces")
+    split = jnp.swapaxes(tensor.reshape(chunks[0], pieces, -1), 0, 1)
+    xs = [split[p].reshape(*sizes, -1) for p in range(pieces)]
+    for piece, stage in _wavefront(pieces, len(steps)):
+        if stage < len(steps):
+            xs[piece] = steps[stage](xs[piece])
+        elif tail is not None:
+            xs[piece] = tail(xs[piece])
+    return jnp.stack([x.reshape(chunks[1], -1) for x in xs], axis=1).reshape(-1)
 '''
 
 _NOTES = "Call it inside shard_map over the mesh of build_mesh(), on the device's own block (on_mesh does that)."
-_REDUCE_NOTE = "JAX has no rooted reduce: the other devices get the sum too. "
 
 _FINAL = {
     Collective.REDUCE_SCATTER: "x.reshape(tensor.shape[0] // {g}, *tensor.shape[1:])",
@@ -109,27 +111,24 @@ _FINAL = {
 }
 
 
-def _action_code(action: ActionPlan) -> str:
-    """The line that runs one step, or the repack, on buffer `x`."""
+def _action_code(action: ActionPlan, pipelined: bool) -> str:
+    """The line that runs one step, or the repack, on buffer `x` (a pipelined step returns the new buffer)."""
     if not isinstance(action, StepPlan):
         return f"x = jnp.transpose(x, {action.axes!r})"
     axes = py_strings(action.dims)
-    call = {
+    call = {  # reduce and broadcast never come here: choice.py passes over programs that have them
         Collective.ALL_REDUCE: f"lax.psum(x, {axes})",
         Collective.REDUCE_SCATTER: f"_reduce_scatter(x, {axes}, lead={len(action.dims)})",
         Collective.ALL_GATHER: f"_all_gather(x, {axes}, sizes={action.sizes!r})",
-        Collective.REDUCE: f"_reduce(x, {axes})",
-        Collective.BROADCAST: f"_broadcast(x, {axes})",
         Collective.ALL_TO_ALL: f"_all_to_all(x, {axes})",
     }[action.op]
-    return f"x = {call}"
+    return f"return {call}" if pipelined else f"x = {call}"
 
 
 def _request_function(req: RequestPlan) -> list[str]:
     """Source lines of the function that runs one request's program on a device's block."""
-    notes = (_REDUCE_NOTE if req.collective is Collective.REDUCE else "") + _NOTES
     final = _FINAL.get(req.collective, "x.reshape(tensor.shape)").format(g=req.group_size)
-    return request_function(req, "tensor", notes, _action_code, final)
+    return request_function(req, "tensor", _NOTES, _action_code, final)
 
 
 _MESH_FUNCTIONS = '''
@@ -159,9 +158,11 @@ def on_mesh(fn, mesh):
 
 def _helpers(plan: ModulePlan) -> list[str]:
     """The private helpers the module's programs use, each once."""
-    chosen = [_CHUNKED] if any(r.steps for r in plan.requests) else []
+    chosen = [_CHUNKED] if any(r.steps and not r.pipelined for r in plan.requests) else []
+    if plan.pipelined:
+        chosen += [WAVEFRONT, _PIPELINED]
     for op, text in ((Collective.REDUCE_SCATTER, _REDUCE_SCATTER), (Collective.ALL_GATHER, _ALL_GATHER),
-                     (Collective.REDUCE, _REDUCE), (Collective.BROADCAST, _BROADCAST), (Collective.ALL_TO_ALL, _ALL_TO_ALL)):
+                     (Collective.ALL_TO_ALL, _ALL_TO_ALL)):
         if plan.uses(op):
             chosen.append(text)
     return helper_lines(chosen)
@@ -186,9 +187,13 @@ def render_jax(plan: ModulePlan) -> str:
 def export_jax(placement: Placement, requests: list[ExportRequest] | list[tuple]) -> str:
     """Source of a self-contained JAX module for `placement` and `requests`.
 
-    `requests` holds ``(name, request, program, message_bytes)`` items. The module
-    defines ``build_mesh()``, ``on_mesh(fn, mesh)`` and one ``<name>(tensor)`` per
-    request, to call inside ``shard_map`` (names made into identifiers). Raises
-    ValueError if a program is not valid for its request.
+    `requests` holds ExportRequest items (plain ``(name, request, program,
+    message_bytes[, ranked])`` tuples work too); each request runs the best of
+    its ranked programs that has no reduce or broadcast step (`program` when
+    none are given). The module defines ``build_mesh()``, ``on_mesh(fn, mesh)``
+    and one ``<name>(tensor)`` per request, to call inside ``shard_map`` (names
+    made into identifiers). Raises NotExportable (a ValueError) if a program is
+    not valid for its request or no program of a request is free of reduce and
+    broadcast steps.
     """
-    return render_jax(plan_module(placement, requests))
+    return render_jax(plan_module(placement, requests, ExportFormat.JAX))

@@ -5,15 +5,20 @@ a ``DeviceMesh`` whose dimensions are the placement's cells, outer to inner
 (see :mod:`solver.exports.planning`), and the process groups of every slice that
 spans several of them; one function per request, ``name(tensor, mesh)``, runs
 its program with ``torch.distributed`` collectives and returns what the plain
-collective over the whole reduction group would.
+collective over the whole reduction group would. A pipelined program runs on
+its pieces as the runtime's wavefront, every step started with
+``async_op=True`` and waited for before the piece's next step.
 """
 
 from __future__ import annotations
 
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
+from p2synth.solver.exports.choice import ExportFormat
 from p2synth.solver.exports.planning import ActionPlan, ExportRequest, ModulePlan, RequestPlan, StepPlan, plan_module
-from p2synth.solver.exports.rendering import header, helper_lines, py_strings, request_function, requests_table
+from p2synth.solver.exports.rendering import (
+    WAVEFRONT, header, helper_lines, py_strings, request_function, requests_table,
+)
 
 
 def _imports(plan: ModulePlan) -> list[str]:
@@ -51,40 +56,69 @@ def _flat_group(mesh, dims):
     return group
 '''
 
+_PIPELINED = '''
+def _pipelined(tensor, chunks, sizes, pieces, steps, tail):
+    """Run a program's `steps` on `pieces` pieces of `tensor` as the runtime's wavefront; the result, flat.
+
+    `chunks` are the chunks of the input and of the output (dim-0 blocks); piece p is the p-th of
+    `pieces` equal slices of every chunk, a buffer [*sizes, rest]. steps[k](x) starts step k + 1
+    of a piece (async_op=True) and returns its buffer and the work to wait for; before a piece's
+    next step, and before its `tail` (the last repack, if any), the piece waits for that work.
+    Every rank starts the collectives in the same order. The pieces' outputs go back in chunk order.
+    """
+    if tensor.dim() == 0 or tensor.shape[0] % chunks[0] or tensor.numel() % (chunks[0] * pieces):
+        shape = tuple(tensor.shape)
+        raise ValueError(f"a tensor of shape {shape} does not split into {chunks[0]} chunks of {pieces} pieces")
+    split = tensor.contiguous().view(chunks[0], pieces, -1).transpose(0, 1).contiguous()
+    xs = [split[p].view(*sizes, -1) for p in range(pieces)]
+    works = [None] * pieces
+    for piece, stage in _wavefront(pieces, len(steps)):
+        if stage > 0:
+            works[piece].wait()
+        if stage < len(steps):
+            xs[piece], works[piece] = steps[stage](xs[piece])
+        elif tail is not None:
+            xs[piece] = tail(xs[piece])
+    return torch.stack([x.reshape(chunks[1], -1) for x in xs], dim=1).view(-1)
+'''
+
 _REDUCE_SCATTER = '''
-def _reduce_scatter(x, group, lead):
+def _reduce_scatter(x, group, lead, async_op=False):
     """Sum `x` over `group`; keep this member's part.
 
     The first `lead` dims of `x` (the slice's cells, in mesh order) index the members: flattened,
-    group rank i receives the block where they read i.
+    group rank i receives the block where they read i. With async_op, returns (result, work):
+    the result is there once work.wait() returns.
     """
     out = x.new_empty(x.shape[lead:])
-    _reduce_scatter_flat(out.view(-1), x.contiguous().view(-1), group=group)
-    return out
+    work = _reduce_scatter_flat(out.view(-1), x.contiguous().view(-1), group=group, async_op=async_op)
+    return (out, work) if async_op else out
 '''
 
 _ALL_GATHER = '''
-def _all_gather(x, group, sizes):
+def _all_gather(x, group, sizes, async_op=False):
     """Concatenate `x` from every member of `group` (in group rank order).
 
-    The gathered dims (sizes `sizes`, the slice's cells in mesh order) lead the result.
+    The gathered dims (sizes `sizes`, the slice's cells in mesh order) lead the result. With
+    async_op, returns (result, work): the result is there once work.wait() returns.
     """
     out = x.new_empty((*sizes, *x.shape))
-    _all_gather_flat(out.view(-1), x.contiguous().view(-1), group=group)
-    return out
+    work = _all_gather_flat(out.view(-1), x.contiguous().view(-1), group=group, async_op=async_op)
+    return (out, work) if async_op else out
 '''
 
 _ALL_TO_ALL = '''
-def _all_to_all(x, group):
+def _all_to_all(x, group, async_op=False):
     """Exchange blocks of `x` over `group` (group rank order).
 
     The leading dims of `x` (the slice's cells, in mesh order) index the members: flattened,
-    block i goes to group rank i, and the block from group rank i takes its place.
+    block i goes to group rank i, and the block from group rank i takes its place. With
+    async_op, returns (result, work): the result is there once work.wait() returns.
     """
     send = x.contiguous()
     out = torch.empty_like(send)
-    dist.all_to_all_single(out.view(-1), send.view(-1), group=group)
-    return out
+    work = dist.all_to_all_single(out.view(-1), send.view(-1), group=group, async_op=async_op)
+    return (out, work) if async_op else out
 '''
 
 _NOTES = "Like torch.distributed's collectives it may overwrite `tensor`. Every rank calls it."
@@ -103,19 +137,24 @@ def _group_expr(step: StepPlan) -> str:
     return f"_FLAT_GROUPS[{py_strings(step.dims)}]"
 
 
-def _action_code(action: ActionPlan) -> str:
-    """The call that runs one step, or the repack, on buffer `x`."""
+def _action_code(action: ActionPlan, pipelined: bool) -> str:
+    """The line that runs one step, or the repack, on buffer `x`; a pipelined step starts it and returns (x, work)."""
     if not isinstance(action, StepPlan):
         return f"x = x.permute{action.axes!r}.contiguous()"
     group = _group_expr(action)
-    return {
-        Collective.ALL_REDUCE: f"dist.all_reduce(x, group={group})",
-        Collective.REDUCE_SCATTER: f"x = _reduce_scatter(x, {group}, lead={len(action.dims)})",
-        Collective.ALL_GATHER: f"x = _all_gather(x, {group}, sizes={action.sizes!r})",
-        Collective.REDUCE: f"dist.reduce(x, group_dst=0, group={group})",
-        Collective.BROADCAST: f"dist.broadcast(x, group_src=0, group={group})",
-        Collective.ALL_TO_ALL: f"x = _all_to_all(x, {group})",
+    in_place = {
+        Collective.ALL_REDUCE: f"dist.all_reduce(x, group={group}",
+        Collective.REDUCE: f"dist.reduce(x, group_dst=0, group={group}",
+        Collective.BROADCAST: f"dist.broadcast(x, group_src=0, group={group}",
+    }
+    if action.op in in_place:
+        return f"return x, {in_place[action.op]}, async_op=True)" if pipelined else f"{in_place[action.op]})"
+    call = {
+        Collective.REDUCE_SCATTER: f"_reduce_scatter(x, {group}, lead={len(action.dims)}",
+        Collective.ALL_GATHER: f"_all_gather(x, {group}, sizes={action.sizes!r}",
+        Collective.ALL_TO_ALL: f"_all_to_all(x, {group}",
     }[action.op]
+    return f"return {call}, async_op=True)" if pipelined else f"x = {call})"
 
 
 def _request_function(req: RequestPlan) -> list[str]:
@@ -146,7 +185,9 @@ def _build_mesh(plan: ModulePlan) -> list[str]:
 
 def _helpers(plan: ModulePlan) -> list[str]:
     """The private helpers the module's programs use, each once."""
-    chosen = [_CHUNKED] if any(r.steps for r in plan.requests) else []
+    chosen = [_CHUNKED] if any(r.steps and not r.pipelined for r in plan.requests) else []
+    if plan.pipelined:
+        chosen += [WAVEFRONT, _PIPELINED]
     if plan.multi_dim_slices:
         chosen.append(_FLAT_GROUP)
     if plan.uses(Collective.REDUCE_SCATTER):
@@ -207,8 +248,11 @@ def render_torch(plan: ModulePlan) -> str:
 def export_torch(placement: Placement, requests: list[ExportRequest] | list[tuple]) -> str:
     """Source of a self-contained PyTorch module for `placement` and `requests`.
 
-    `requests` holds ``(name, request, program, message_bytes)`` items. The module
-    defines ``build_mesh()`` and one ``<name>(tensor, mesh)`` per request (names
-    made into identifiers). Raises ValueError if a program is not valid for its request.
+    `requests` holds ExportRequest items (plain ``(name, request, program,
+    message_bytes[, ranked])`` tuples work too); each request runs the best of
+    its ranked programs (`program` when none are given). The module defines
+    ``build_mesh()`` and one ``<name>(tensor, mesh)`` per request (names made
+    into identifiers). Raises NotExportable (a ValueError) if a program is not
+    valid for its request.
     """
-    return render_torch(plan_module(placement, requests))
+    return render_torch(plan_module(placement, requests, ExportFormat.TORCH))

@@ -1,0 +1,343 @@
+"""A recording stand-in for torch and torch.distributed: numpy tensors and simulated ranks in threads.
+
+It supports exactly what the exported PyTorch modules (solver/exports/to_torch.py)
+use, so that CI can run them without torch. :class:`World` runs one function
+per rank, each in its own thread; a collective waits until every member of its
+group has started it (the group and the call's sequence number on that group
+name it), checks that they all make the same call, and computes each member's
+result from all their inputs. An ``async_op=True`` call returns a work whose
+``wait()`` writes the result into the output buffer, so a module that reads a
+buffer before waiting reads stale data; a blocking call writes at once.
+
+Every rank records its calls as :class:`Launch` and :class:`Wait` events: the
+op, the group's ranks in group-rank order, whether it is asynchronous, and the
+*pieces* of its input: run with ``labels=True``, every collective carries
+labels instead of values (a summing step checks that its members' labels
+agree and keeps them; a non-root keeps its own after a reduce), so an input
+labelled with each element's piece shows which pieces each call works on.
+With ``labels=False`` the values are summed, and a non-root's buffer after a
+reduce is poisoned, as torch leaves it undefined.
+
+``install(world)`` returns the modules ``torch``, ``torch.distributed``,
+``torch.cuda`` and ``torch.distributed.device_mesh`` to put into
+``sys.modules`` while a generated module is imported.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+POISON = -(10**6)  # what a buffer holds before anything writes it, and a non-root after a reduce
+MIXED = -2  # the label of an element whose members' labels disagreed in a summing step
+TIMEOUT_S = 20.0  # a rank waiting this long for its group's other members: the ranks' calls differ
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A collective started on a rank: op, group ranks (group-rank order), asynchronous or not, input pieces."""
+
+    op: str
+    group: tuple[int, ...]
+    is_async: bool
+    pieces: frozenset[int] | None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A wait for the rank's `launch`-th launch (0-based)."""
+
+    launch: int
+
+
+class RankMismatch(AssertionError):
+    """The members of a group made different calls, or some never made theirs."""
+
+
+@dataclass
+class _Meeting:
+    """One collective call on one group: each member's call and input, by member index."""
+
+    calls: dict[int, tuple]
+    inputs: dict[int, np.ndarray]
+    read: int = 0
+
+
+class World:
+    """Simulated ranks: runs one function per rank in threads and carries out their collectives."""
+
+    def __init__(self, size: int, labels: bool = False):
+        self.size = size
+        self.labels = labels
+        self.records: list[list[Launch | Wait]] = [[] for _ in range(size)]
+        self._local = threading.local()
+        self._cond = threading.Condition()
+        self._meetings: dict[tuple, _Meeting] = {}
+        self._sequence: list[dict[tuple[int, ...], int]] = [{} for _ in range(size)]
+        self._failed = False
+
+    @property
+    def rank(self) -> int:
+        """The rank of the calling thread."""
+        return self._local.rank
+
+    def run(self, fn: Callable[[int], Any]) -> list[Any]:
+        """fn(rank) on every rank, each in its own thread; the results by rank (a rank's exception is raised)."""
+        results: list[Any] = [None] * self.size
+        errors: list[BaseException | None] = [None] * self.size
+
+        def main(rank: int) -> None:
+            self._local.rank = rank
+            try:
+                results[rank] = fn(rank)
+            except BaseException as e:  # handed to the caller below
+                errors[rank] = e
+                with self._cond:
+                    self._failed = True
+                    self._cond.notify_all()
+
+        threads = [threading.Thread(target=main, args=(r,), daemon=True) for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT_S * 2)
+        failed = sorted((e for e in errors if e is not None), key=lambda e: isinstance(e, RankMismatch))
+        if failed:  # the root cause first: a rank's own error before the others' "failed first"
+            raise failed[0]
+        if any(t.is_alive() for t in threads):
+            raise RankMismatch("some ranks never finished")
+        return results
+
+    def collective(self, op: str, group: tuple[int, ...], index: int, data: np.ndarray, call: tuple, is_async: bool) -> np.ndarray:
+        """Start `op` on `group` as member `index` with input `data`; record it; this member's result (flat)."""
+        rank = self.rank
+        pieces = frozenset(np.unique(data).tolist()) if self.labels else None
+        self.records[rank].append(Launch(op, group, is_async, pieces))
+        seq = self._sequence[rank].get(group, 0)
+        self._sequence[rank][group] = seq + 1
+        key = (group, seq)
+        with self._cond:
+            meeting = self._meetings.setdefault(key, _Meeting({}, {}))
+            meeting.calls[index] = (op, *call)
+            meeting.inputs[index] = np.array(data, copy=True).reshape(-1)
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: len(meeting.inputs) == len(group) or self._failed, TIMEOUT_S):
+                raise RankMismatch(f"rank {rank}: {op} on group {group} (call {seq} there) never met its members")
+            if len(meeting.inputs) < len(group):
+                raise RankMismatch(f"rank {rank}: {op} on group {group}: another rank failed first")
+            meeting.read += 1
+            if meeting.read == len(group):
+                del self._meetings[key]
+        if len(set(meeting.calls.values())) != 1:
+            raise RankMismatch(f"group {group}, call {seq}: the members' calls differ: {meeting.calls}")
+        inputs = [meeting.inputs[i] for i in range(len(group))]
+        return self._result(op, inputs, index)
+
+    def _result(self, op: str, inputs: list[np.ndarray], index: int) -> np.ndarray:
+        """Member `index`'s result of `op` over the members' flat `inputs`."""
+        k = len(inputs)
+        if op == "all_reduce":
+            return self._combine(inputs)
+        if op == "reduce":
+            if index == 0:
+                return self._combine(inputs)
+            return inputs[index] if self.labels else np.full_like(inputs[index], POISON)
+        if op == "broadcast":
+            return inputs[0]
+        if op == "reduce_scatter":
+            return self._combine(inputs).reshape(k, -1)[index]
+        if op == "all_gather":
+            return np.concatenate(inputs)
+        if op == "all_to_all":
+            return np.concatenate([x.reshape(k, -1)[index] for x in inputs])
+        raise ValueError(f"no collective {op}")
+
+    def _combine(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """The sum of the inputs, or with labels the common label (MIXED where they differ)."""
+        if not self.labels:
+            return np.sum(inputs, axis=0, dtype=inputs[0].dtype)
+        first = inputs[0]
+        same = np.all([x == first for x in inputs], axis=0)
+        return np.where(same, first, MIXED)
+
+    def record(self, event: Wait) -> None:
+        """Record a wait on the calling rank."""
+        self.records[self.rank].append(event)
+
+    def launches(self, rank: int) -> int:
+        """How many collectives `rank` has started."""
+        return sum(isinstance(e, Launch) for e in self.records[rank])
+
+
+# -- tensors ------------------------------------------------------------------------
+
+
+class Tensor:
+    """A torch.Tensor stand-in over a numpy array (views share memory as torch's do)."""
+
+    def __init__(self, array: np.ndarray):
+        self.a = array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.a.shape)
+
+    def dim(self) -> int:
+        return self.a.ndim
+
+    def numel(self) -> int:
+        return int(self.a.size)
+
+    def contiguous(self) -> Tensor:
+        return self if self.a.flags.c_contiguous else Tensor(np.ascontiguousarray(self.a))
+
+    def view(self, *shape: Any) -> Tensor:
+        """A view, never a copy: like torch, refused where the memory does not allow it."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        out = self.a.view()
+        try:
+            out.shape = shape
+        except AttributeError as e:
+            raise RuntimeError(f"view of a non-contiguous tensor: {e}") from None
+        return Tensor(out)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        return Tensor(self.a.reshape(shape))
+
+    def permute(self, *axes: int) -> Tensor:
+        return Tensor(self.a.transpose(axes))
+
+    def transpose(self, a: int, b: int) -> Tensor:
+        return Tensor(np.swapaxes(self.a, a, b))
+
+    def movedim(self, source: list[int], destination: list[int]) -> Tensor:
+        return Tensor(np.moveaxis(self.a, source, destination))
+
+    def new_empty(self, shape: tuple[int, ...]) -> Tensor:
+        return Tensor(np.full(shape, POISON, dtype=self.a.dtype))
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return Tensor(self.a[index])
+
+    def tolist(self) -> list:
+        return self.a.tolist()
+
+    def numpy(self) -> np.ndarray:
+        return self.a
+
+
+def _stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
+    return Tensor(np.stack([t.a for t in tensors], axis=dim))
+
+
+def _empty_like(t: Tensor) -> Tensor:
+    return t.new_empty(t.shape)
+
+
+# -- torch.distributed ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group: its ranks in group-rank order."""
+
+    ranks: tuple[int, ...]
+
+
+class Work:
+    """An asynchronous collective: `wait()` writes its result into the output buffer."""
+
+    def __init__(self, world: World, number: int, out: Tensor, result: np.ndarray):
+        self.world, self.number, self.out, self.result = world, number, out, result
+        self.done = False
+
+    def wait(self) -> bool:
+        self.world.record(Wait(self.number))
+        if not self.done:
+            self.out.a[...] = self.result.reshape(self.out.shape)
+            self.done = True
+        return True
+
+
+class Mesh:
+    """A DeviceMesh stand-in: dims over ranks row-major, a group per dim."""
+
+    def __init__(self, world: World, shape: tuple[int, ...], names: tuple[str, ...]):
+        self.world, self.names = world, names
+        self.mesh = Tensor(np.arange(math.prod(shape)).reshape(shape))
+        self.ndim = len(shape)
+
+    def size(self, dim: int) -> int:
+        return self.mesh.shape[dim]
+
+    def get_group(self, name: str) -> Group:
+        axis = self.names.index(name)
+        coords = np.argwhere(self.mesh.a == self.world.rank)[0]
+        line = tuple(np.moveaxis(self.mesh.a, axis, -1)[tuple(np.delete(coords, axis))].tolist())
+        return Group(line)
+
+
+def _distributed(world: World) -> types.ModuleType:
+    """The torch.distributed stand-in over `world`."""
+    dist = types.ModuleType("torch.distributed")
+
+    def start(op: str, group: Group, src: Tensor, out: Tensor, async_op: bool, *call: Any) -> Work | None:
+        index = group.ranks.index(world.rank)
+        number = world.launches(world.rank)
+        result = world.collective(op, group.ranks, index, src.a, (src.shape, out.shape, *call), async_op)
+        work = Work(world, number, out, result)
+        if async_op:
+            return work
+        work.done = True
+        out.a[...] = result.reshape(out.shape)
+        return None
+
+    def all_reduce(tensor, group, async_op=False):
+        return start("all_reduce", group, tensor, tensor, async_op)
+
+    def reduce(tensor, group_dst, group, async_op=False):
+        assert group_dst == 0, "the exports reduce to group rank 0"
+        return start("reduce", group, tensor, tensor, async_op, group_dst)
+
+    def broadcast(tensor, group_src, group, async_op=False):
+        assert group_src == 0, "the exports broadcast from group rank 0"
+        return start("broadcast", group, tensor, tensor, async_op, group_src)
+
+    def reduce_scatter_single(output, input, group, async_op=False):
+        return start("reduce_scatter", group, input, output, async_op)
+
+    def all_gather_single(output, input, group, async_op=False):
+        return start("all_gather", group, input, output, async_op)
+
+    def all_to_all_single(output, input, group, async_op=False):
+        return start("all_to_all", group, input, output, async_op)
+
+    def new_subgroups_by_enumeration(ranks_per_subgroup_list):
+        groups = [Group(tuple(r)) for r in ranks_per_subgroup_list]
+        mine = next(g for g in groups if world.rank in g.ranks)
+        return mine, groups
+
+    for fn in (all_reduce, reduce, broadcast, reduce_scatter_single, all_gather_single, all_to_all_single,
+               new_subgroups_by_enumeration):
+        setattr(dist, fn.__name__, fn)
+    return dist
+
+
+def install(world: World) -> dict[str, types.ModuleType]:
+    """The stand-in modules by name (torch, torch.cuda, torch.distributed, torch.distributed.device_mesh)."""
+    torch = types.ModuleType("torch")
+    torch.stack, torch.empty_like, torch.from_numpy = _stack, _empty_like, Tensor
+    torch.cuda = types.SimpleNamespace(is_available=lambda: False)
+    torch.distributed = _distributed(world)
+    device_mesh = types.ModuleType("torch.distributed.device_mesh")
+    device_mesh.init_device_mesh = lambda device_type, shape, mesh_dim_names: Mesh(world, tuple(shape), tuple(mesh_dim_names))
+    torch.distributed.device_mesh = device_mesh
+    return {"torch": torch, "torch.cuda": torch.cuda, "torch.distributed": torch.distributed,
+            "torch.distributed.device_mesh": device_mesh}
