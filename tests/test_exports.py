@@ -21,11 +21,9 @@ import ast
 import importlib.util
 import json
 import math
-import multiprocessing
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +39,7 @@ from p2synth.solver.exports.choice import ExportFormat
 from p2synth.solver.exports.planning import ExportRequest, NotExportable
 from p2synth.solver.exports.to_jax import export_jax
 from p2synth.solver.exports.to_torch import export_torch
+from tests.forked import run_forked
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 8
@@ -558,20 +557,7 @@ def torch_job(workdir: Path) -> int:
     """
     import torch  # noqa: F401  (imported once, before forking: the ranks share it)
 
-    context = multiprocessing.get_context("fork")
-    ranks = [context.Process(target=torch_worker, args=(r, workdir)) for r in range(WORLD)]
-    for p in ranks:
-        p.start()
-    deadline = time.monotonic() + JOB_TIMEOUT_S - 30
-    while any(p.is_alive() for p in ranks) and time.monotonic() < deadline:
-        if any(p.exitcode for p in ranks):
-            break
-        time.sleep(0.1)
-    for p in ranks:
-        if p.is_alive():
-            p.terminate()
-        p.join()
-    return 0 if all(p.exitcode == 0 for p in ranks) else 1
+    return run_forked(torch_worker, (workdir,), WORLD, JOB_TIMEOUT_S - 30)
 
 
 def torch_worker(rank: int, workdir: Path) -> None:
