@@ -14,10 +14,10 @@ import pytest
 from scripts import check_clients
 from scripts.check_clients import CHECKOUT, Framework, Outcome
 
-# The fake interpreter. `-m venv PATH` makes PATH/bin/python a copy of itself; `-c ...` prints PATH/state.json;
-# `-m pip ...` logs its argv to pip.log and completes state.json (or fails if pip-fails exists); `-m pytest ... -m MARK
-# ...` logs its argv and working directory, sleeps `pytest-MARK.sleep` seconds, prints pytest-MARK.out, exits with
-# pytest-MARK.rc. PATH is the folder above bin/.
+# The fake interpreter. `-m venv PATH` makes bin/python in PATH, a copy of itself; in a venv (the folder above bin/),
+# `-c ...` prints the venv's state.json; `-m pip ...` logs its argv to pip.log and completes state.json (or fails if
+# pip-fails exists); `-m pytest ... -m MARK ...` logs its argv and working directory, sleeps `pytest-MARK.sleep`
+# seconds, prints pytest-MARK.out, exits with pytest-MARK.rc.
 FAKE = """\
 #!{python}
 import json, os, shutil, sys, time
