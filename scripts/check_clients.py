@@ -1,8 +1,9 @@
 """The clients check: the PyTorch and JAX tests run for real, in an environment of their own, with one summary line.
 
-    python -m scripts.check_clients [--venv PATH] [--pip-arg ARG]... [--timeout S] [--log-dir DIR]
+    .venv/bin/python -m scripts.check_clients [--venv PATH] [--pip-arg ARG]... [--timeout S] [--log-dir DIR]
 
-From a checkout (a fresh clone is enough), it:
+From the root of a checkout where the README's first command has run (a fresh clone and that command are enough;
+without p2synth installed it says so in one line and exits 2), it:
 
 1. makes a virtual environment OUTSIDE the repository (``--venv``, default
    ``~/.cache/p2synth/clients-venv``) with the interpreter running this command,
@@ -41,7 +42,12 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError
+try:
+    from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError
+except ImportError:  # run with a Python that lacks p2synth: say which one to use, in one line
+    print("error: p2synth is not installed in this Python; run the README's first command, then "
+          ".venv/bin/python -m scripts.check_clients", file=sys.stderr)
+    sys.exit(2)
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = Path.home() / ".cache" / "p2synth" / "clients-venv"

@@ -6,6 +6,7 @@ The real run (PyTorch and JAX installed, the tests run for real) is the command 
 
 import json
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -189,3 +190,12 @@ def test_the_inspection_reads_the_running_environment():
     assert check_clients.is_complete({**state, "versions": {"pytest": pytest.__version__}})
     assert not check_clients.is_complete(state)
     assert not check_clients.is_complete({"versions": {"pytest": "9"}, "p2synth": ["/elsewhere/hierarchies"]})
+
+
+def test_without_p2synth_installed_it_says_which_python_to_use():
+    job = subprocess.run([sys.executable, "-c", "import runpy, sys; sys.modules['p2synth.hierarchies.cli'] = None; "
+                          "runpy.run_module('scripts.check_clients', run_name='__main__')"],
+                         cwd=CHECKOUT, capture_output=True, text=True, timeout=60)
+    assert job.returncode == 2 and job.stdout == ""
+    assert job.stderr == ("error: p2synth is not installed in this Python; run the README's first command, then "
+                          ".venv/bin/python -m scripts.check_clients\n")
