@@ -23,12 +23,11 @@ loss against fixed targets, plain SGD. Each variant gets its own
 * ``p2synth``: the p2synth hook with the plan ``--plan`` (``--placement``, ``--request``);
 * ``sequential``: the same hook with every program of the plan forced to one piece (``pipeline`` 1).
 
-After a warm-up round that is not recorded, round ``r`` (``--rounds``, default 9)
-runs every variant once, the order rotated by ``r``. A run resets the parameters to the same initial values, runs
-``--warmup`` untimed and ``--steps`` timed steps on the same per-rank batches,
-and keeps each timed step's time (the slowest rank's) and a checksum of the
-final parameters (sum, sum of absolute values, sum of squares, float64). Rank 0
-writes everything to the raw JSON ``--out``.
+After a warm-up round that is not recorded, round ``r`` (``--rounds``, default 9) runs every variant once, the
+order rotated by ``r``. A run resets the parameters to the same initial values, runs ``--warmup`` untimed and
+``--steps`` timed steps on the same per-rank batches, and keeps each timed step's time (the slowest rank's) and a
+checksum of the final parameters (sum, sum of absolute values, sum of squares, float64). Rank 0 writes everything
+to the raw JSON ``--out``.
 
 ``--from-raw RAW...`` (one raw file per case) prints the table and writes it as
 Markdown (``--markdown``) and the summary JSON (``--summary``): per case and
@@ -63,8 +62,8 @@ from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_
 from p2synth.runtime.stats import faster_beyond_noise, median_interval
 from scripts.tables import console, markdown
 from scripts.tables import table as rich_table
+from scripts.testbed.config import NODE_IF
 
-TESTBED_IF = "p2s-eth0"  # scripts/testbed/config.py NODE_IF: each testbed node's one interface
 PARAMS_RTOL = 1e-5  # final parameters match when each checksum differs by at most this share of its scale
 SIOCGIFADDR = 0x8915
 
@@ -90,18 +89,12 @@ def attach_p2synth_hook(model, plan_path: Path, placement: int, request: str) ->
 def sequential_plan(plan: dict) -> dict:
     """`plan` with every program (every JSON object with a ``steps`` list) run on one piece: ``pipeline`` 1."""
     out = copy.deepcopy(plan)
-
-    def visit(node) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("steps"), list):
-                node["pipeline"] = 1
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    visit(out)
+    stack = [out]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict) and isinstance(node.get("steps"), list):
+            node["pipeline"] = 1
+        stack += node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
     return out
 
 
@@ -133,7 +126,7 @@ def interface_address(name: str) -> str:
 
 def default_ifname() -> str:
     """The testbed's node interface where this node has it, else the loopback."""
-    return TESTBED_IF if TESTBED_IF in (name for _, name in socket.if_nameindex()) else "lo"
+    return NODE_IF if NODE_IF in (name for _, name in socket.if_nameindex()) else "lo"
 
 
 # --- the training loop (torch imported here only) ---------------------------------------------------------------
@@ -209,32 +202,35 @@ def one_run(ddp, initial, batches, args) -> tuple[list[float], list[float], bool
     return slowest.tolist(), mine.tolist(), agree
 
 
-def measure(args, rank: int, world: int) -> dict | None:
-    """Every round of every variant; the raw record on rank 0 (None elsewhere)."""
-    import torch
-    import torch.distributed as dist
+def build_variants(args, variants: list[Variant], tmp: Path) -> dict:
+    """One DDP model per variant, each with its hook attached; the sequential plan is written in `tmp`, which must
+    outlive the models. Every rank builds them in the same order (the hook's process groups are collective)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.set_num_threads(1)
-    init_distributed(args, rank, world)
-    variants = [Variant(v) for v in args.variants]
+    plans = {Variant.P2SYNTH: args.plan, Variant.SEQUENTIAL: tmp / "sequential.json"}
+    if Variant.SEQUENTIAL in variants:
+        plans[Variant.SEQUENTIAL].write_text(json.dumps(sequential_plan(json.loads(args.plan.read_text()))))
     models = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        plans = {Variant.P2SYNTH: args.plan, Variant.SEQUENTIAL: Path(tmp) / "sequential.json"}
-        if Variant.SEQUENTIAL in variants:
-            plans[Variant.SEQUENTIAL].write_text(json.dumps(sequential_plan(json.loads(args.plan.read_text()))))
-        for v in variants:  # every rank builds the variants in the same order: the hook's groups are collective
-            models[v] = DDP(build_model(args, args.seed), bucket_cap_mb=args.bucket_mib)
-            if v is not Variant.DEFAULT:
-                try:
-                    attach_p2synth_hook(models[v], plans[v], args.placement, args.request)
-                except Exception as e:  # noqa: BLE001  (the hook's refusal, whatever its type, is one line)
-                    raise UsageError(f"the p2synth hook failed on {plans[v]} ({v.value}): {one_line(e)}") from None
+    for v in variants:
+        models[v] = DDP(build_model(args, args.seed), bucket_cap_mb=args.bucket_mib)
+        if v is not Variant.DEFAULT:
+            try:
+                attach_p2synth_hook(models[v], plans[v], args.placement, args.request)
+            except Exception as e:  # noqa: BLE001  (the hook's refusal, whatever its type, is one line)
+                raise UsageError(f"the p2synth hook failed on {plans[v]} ({v.value}): {one_line(e)}") from None
+    return models
+
+
+def run_rounds(models: dict, args, rank: int) -> list[dict]:
+    """A warm-up round (not recorded), then every round, variants in rotated order; the runs' records."""
+    import torch
+
     initial = [p.detach().clone() for p in build_model(args, args.seed).parameters()]
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     batches = [(torch.randn(args.batch, args.width, generator=gen), torch.randn(args.batch, args.width, generator=gen))
                for _ in range(args.warmup + args.steps)]
-    for v in variants:  # a warm-up round, not recorded: first-iteration set-up, thread pools, connections
+    variants = list(models)
+    for v in variants:  # first-iteration set-up, thread pools, connections
         one_run(models[v], initial, batches, args)
     runs = []
     for r in range(args.rounds):
@@ -244,6 +240,20 @@ def measure(args, rank: int, world: int) -> dict | None:
                          "ranks_agree": agree})
             if rank == 0:
                 print(f"round {r} {v.value}: median step {statistics.median(step_s) * 1e3:.1f} ms", file=sys.stderr, flush=True)
+    return runs
+
+
+def measure(args, rank: int, world: int) -> dict | None:
+    """Every round of every variant; the raw record on rank 0 (None elsewhere)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    init_distributed(args, rank, world)
+    variants = [Variant(v) for v in args.variants]
+    with tempfile.TemporaryDirectory() as tmp:
+        models = build_variants(args, variants, Path(tmp))
+        runs = run_rounds(models, args, rank)
     dist.destroy_process_group()
     if rank != 0:
         return None

@@ -130,7 +130,7 @@ def test_interface_addresses():
     assert bench_ddp.interface_address("lo") == "127.0.0.1"
     with pytest.raises(bench_ddp.UsageError, match="--ifname p2s-nosuch0: no IPv4 address"):
         bench_ddp.interface_address("p2s-nosuch0")
-    assert bench_ddp.default_ifname() in ("lo", bench_ddp.TESTBED_IF)
+    assert bench_ddp.default_ifname() in ("lo", bench_ddp.NODE_IF)
 
 
 def test_the_default_model_has_at_least_64_mib_of_gradients(tmp_path):
