@@ -193,3 +193,15 @@ def test_the_training_loop_runs_every_variant_in_every_round_with_the_same_param
     assert all(len(r["step_s"]) == 2 and min(r["step_s"]) > 0 and r["ranks_agree"] for r in data["runs"])
     assert bench_ddp.case_record(data)["params_match"]
     assert data["runs"][0]["checksum"] != [0.0, 0.0, 0.0]
+
+
+def test_the_recorded_measurement_rebuilds_its_committed_summary_and_table_exactly(tmp_path):
+    """docs/measurements/ddp-summary.json and the table in ddp.md come from the committed raw files, byte for byte."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "measurements"
+    raws = [str(docs / "ddp" / f"{case}.raw.json") for case in ("4x2-1gbit", "2x2x2-1gbit-400mbit")]
+    summary, table = tmp_path / "summary.json", tmp_path / "table.md"
+    assert bench_ddp.main(["--from-raw", *raws, "--summary", str(summary), "--markdown", str(table)]) == 0
+    assert summary.read_bytes() == (docs / "ddp-summary.json").read_bytes()
+    assert table.read_text().strip() in (docs / "ddp.md").read_text()
