@@ -42,7 +42,7 @@ from p2synth.solver.costtogo import cost_to_go, successors_by_state
 from p2synth.solver.models import CostModelKind, CostSignature, cost_model, cost_signature
 from p2synth.solver.pipelined import bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
 from p2synth.solver.stepcosts import edge_costs, split_costs
-from p2synth.solver.topn import Candidates, cheapest_programs, tie_key
+from p2synth.solver.topn import Candidates, cheapest_programs, tie_order
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000
@@ -165,7 +165,7 @@ def solve(
         memo.rankings[key] = _ranking(request, n_cells, max_steps, top, models, pieces, proof, deadline)
     ranking = memo.rankings[key]
     programs = [(Program(to_program(raw, placement, request).steps, p), cost) for raw, p, cost in ranking.candidates]
-    chosen = sorted(programs, key=lambda c: (tie_key(c[1]), len(c[0]), c[0]))
+    chosen = tie_order(programs)
     chosen = chosen if top is None else chosen[:top]
     ranked = []
     for program, cost in chosen:

@@ -4,7 +4,7 @@
 h`` (``h`` from ``solver/costtogo.py``). With an exact ``h`` every program
 leaves the queue in order of cost and the search touches little beyond the
 programs it returns. Programs within TIE_MARGIN of the N-th cheapest are all
-returned, so the caller picks its top N by its own order (:func:`tie_key`).
+returned, so the caller picks its top N by its own order (:func:`tie_order`).
 :class:`Candidates` holds the cheapest way found to run each program over
 piece counts and the bound the pipelined search prunes with
 (``solver/pipelined.py``).
@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -70,9 +71,23 @@ def cheapest_programs(costs: EdgeCosts, h: np.ndarray, n: int, deadline: Deadlin
     return [(g, tuple((steps[j].op, steps[j].mask) for j in prog)) for g, prog in out]
 
 
-def tie_key(cost: float) -> float:
-    """Cost rounded to 12 significant digits, so float noise does not break ties by length."""
-    return float(f"{cost:.12g}")
+def tie_order(programs: list[tuple[Any, float]]) -> list[tuple[Any, float]]:
+    """`(program, cost)` pairs in the order the tool lists them: cheapest first, and among ties fewer steps first.
+
+    A tie is a cost within a relative TIE_MARGIN of the cheapest program not
+    yet listed (costs come from floating-point figures): those programs are
+    listed by step count, then by program order, before the next costlier one.
+    """
+    by_cost = sorted(programs, key=lambda c: c[1])
+    out: list[tuple[Any, float]] = []
+    while len(out) < len(by_cost):
+        first = len(out)
+        limit = by_cost[first][1] * (1 + TIE_MARGIN)
+        last = first
+        while last < len(by_cost) and by_cost[last][1] <= limit:
+            last += 1
+        out += sorted(by_cost[first:last], key=lambda c: (len(c[0]), c[0]))
+    return out
 
 
 class Candidates:
