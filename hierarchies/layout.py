@@ -41,7 +41,6 @@ to the member whose coordinate is ``k``, output chunk ``k`` came from it).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
@@ -141,7 +140,7 @@ class LayoutPlan:
 
 def held_chunks(placement: Placement, layout: Layout) -> int:
     """Number of chunks a device holds under `layout`."""
-    return math.prod(placement.factor(c) for c in layout)
+    return placement.group_size(layout)
 
 
 def split_cells(placement: Placement, request: Request, program: Program) -> Layout:

@@ -80,6 +80,10 @@ class Placement:
         """The matrix entry of `cell`."""
         return self.matrix[cell.axis][cell.level]
 
+    def group_size(self, cells: tuple[Cell, ...] | list[Cell]) -> int:
+        """Members of a group whose slice is `cells`: the product of their factors (1 for none)."""
+        return math.prod(self.factor(c) for c in cells)
+
     def cells_of(self, axes: tuple[int, ...] | frozenset[int]) -> tuple[Cell, ...]:
         """The cells of the given axis indices, in cell order."""
         return tuple(c for c in self.cells if c.axis in axes)

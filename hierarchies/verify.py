@@ -51,7 +51,7 @@ class Verifier:
     """Checks programs for one request on one placement, directly or on its miniature."""
 
     def __init__(self, placement: Placement, request: Request):
-        g = math.prod(placement.factor(c) for c in request.reduced_cells(placement))
+        g = placement.group_size(request.reduced_cells(placement))
         self.on_miniature = placement.num_devices * g > DIRECT_LIMIT
         self.target = miniature(placement, request) if self.on_miniature else placement
         self.request = request

@@ -45,7 +45,7 @@ from p2synth.hierarchies.placement import Cell, Placement
 from p2synth.hierarchies.program import Collective, Program, Request
 from p2synth.runtime.backends import Backend, GroupComm, Lane
 from p2synth.runtime.data import DTYPE, recv_count, send_count
-from p2synth.runtime.faults import Call, Fault, FaultKind, faulty_exchange, group_size
+from p2synth.runtime.faults import Call, Fault, FaultKind, faulty_exchange
 from p2synth.runtime.layout import Role, assign_buffers
 
 
@@ -307,7 +307,7 @@ class Executor:
                 steps.append(StepCalls(tuple(local), self._groups[cells], op, src, dst))
             else:
                 struck = faulty_exchange(
-                    hit, self.backend, src, dst, op=op, blocks=group_size(self.placement, cells),
+                    hit, self.backend, src, dst, op=op, blocks=self.placement.group_size(cells),
                     chunk=chunk, reads_input=src_role in (Role.SEND, Role.PIECES_IN), rank=self.world.Get_rank(),
                 )
                 steps.append(StepCalls(tuple(local) + struck.before, self._groups[cells], op, struck.src, struck.dst, struck.after))

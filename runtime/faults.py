@@ -38,7 +38,6 @@ the data while the other pieces run right.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -147,9 +146,9 @@ def _first_site(kind: FaultKind, placement: Placement, request: Request, plan: L
 def other_slice(placement: Placement, request: Request, slice_: tuple[Cell, ...], op: Collective) -> tuple[Cell, ...] | None:
     """The slice a wrong-slice fault runs instead of `slice_`: same group size first; None if there is none."""
     cells = request.reduced_cells(placement)
-    size = group_size(placement, slice_)
+    size = placement.group_size(slice_)
     others = [s for n in range(1, len(cells) + 1) for s in combinations(cells, n) if s != slice_]
-    same = [s for s in others if group_size(placement, s) == size]
+    same = [s for s in others if placement.group_size(s) == size]
     if same:
         return same[0]
     if op in BLOCK_OPS or not others:
@@ -157,9 +156,6 @@ def other_slice(placement: Placement, request: Request, slice_: tuple[Cell, ...]
     return others[0]
 
 
-def group_size(placement: Placement, slice_: tuple[Cell, ...]) -> int:
-    """Members of a group under `slice_`."""
-    return math.prod(placement.factor(c) for c in slice_)
 
 
 Call = Callable[[], None]

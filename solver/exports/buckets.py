@@ -90,7 +90,7 @@ def bucket_plan(plan: PlanFile, placement: int, request: str | None = None) -> B
                         "a DDP hook all-reduces gradient buckets")
     reduced = entries[0].named.request
     cells = reduced.reduced_cells(planned.placement)
-    group_size = math.prod(planned.placement.factor(c) for c in cells)
+    group_size = planned.placement.group_size(cells)
     sizes = tuple(sorted(
         (SizedProgram(e.named.name, e.named.message_bytes, e.best.program, group_size) for e in entries),
         key=lambda s: s.message_bytes))

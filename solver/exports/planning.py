@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import builtins
 import keyword
-import math
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -285,7 +284,7 @@ def plan_request(placement: Placement, name: str, item: ExportRequest, fmt: Expo
     check_exportable(placement, item.request, program)
     full = plan_layout(placement, item.request, program, MemberOrder.MESH)
     layout = export_layout(placement, item.request, program)
-    group_size = math.prod(placement.factor(c) for c in item.request.reduced_cells(placement))
+    group_size = placement.group_size(item.request.reduced_cells(placement))
     return RequestPlan(
         name=name,
         label=item.name,
