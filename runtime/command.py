@@ -4,6 +4,7 @@
     p2synth export PLAN ...         python -m solver.exports PLAN ...
     mpiexec -n N p2synth bench PLAN ...   mpiexec -n N python -m runtime.bench PLAN ...
     mpiexec -n N p2synth tune PLAN ...    mpiexec -n N python -m runtime.tune PLAN ...
+    mpiexec -n N p2synth validate TUNED ...   mpiexec -n N python -m runtime.validate TUNED ...
 
 The ``python -m`` forms work from a checkout of the repository; the command
 works wherever the package is installed. A subcommand's module is imported
@@ -30,6 +31,7 @@ class Subcommand(str, Enum):
     EXPORT = "p2synth.solver.exports.__main__"
     BENCH = "p2synth.runtime.bench"
     TUNE = "p2synth.runtime.tune"
+    VALIDATE = "p2synth.runtime.validate"
 
     @property
     def label(self) -> str:

@@ -8,9 +8,12 @@ Pure functions on plain lists of seconds, no MPI:
   shared machine is skewed: other jobs only ever add time);
 * :func:`faster_beyond_noise`: whether one program is faster than another by
   more than the noise, i.e. their intervals do not overlap;
-* :func:`pick`: the measured-fastest program, but the default unless that one is
-  faster than the default beyond the noise;
-* :func:`ties`: the programs within noise of the measured best.
+* :func:`paired_faster`: whether one program beats another by more than a
+  minimum gain in so many of their interleaved rounds that an exact one-sided
+  sign test rejects chance at a stated level (the rounds are paired: round r
+  of every program ran back to back, under the same load);
+* :func:`pick`: the tuner's rule: the measured-fastest program, but the default
+  unless that one beats the default by :data:`MIN_GAIN` under the paired test.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
+MIN_GAIN = 0.02  # the tuner leaves the default only for a program at least 2% faster ...
+LEVEL = 0.05     # ... in enough paired rounds that a one-sided exact sign test rejects chance at this level
 
 
 @dataclass(frozen=True)
@@ -77,16 +82,34 @@ def fastest(intervals: Sequence[Interval]) -> int:
     return min(range(len(intervals)), key=lambda i: (intervals[i].median, i))
 
 
-def pick(intervals: Sequence[Interval], default: int) -> int:
-    """The tuner's choice: the measured-fastest if it is faster than the default beyond the noise, else the default."""
-    best = fastest(intervals)
-    return best if faster_beyond_noise(intervals[best], intervals[default]) else default
+def sign_test_p(wins: int, n: int) -> float:
+    """One-sided exact sign-test p-value: the chance of `wins` or more successes in `n` fair coin flips."""
+    return 1.0 - _binom_cdf(wins - 1, n) if wins > 0 else 1.0
 
 
-def ties(intervals: Sequence[Interval]) -> list[int]:
-    """Indices of the programs within noise of the measured-fastest (it included): any of them is a right pick."""
-    best = intervals[fastest(intervals)]
-    return [i for i, iv in enumerate(intervals) if within_noise(iv, best)]
+def paired_faster(candidate: Sequence[float], default: Sequence[float], min_gain: float = MIN_GAIN,
+                  level: float = LEVEL) -> bool:
+    """Whether `candidate` beats `default` by more than `min_gain` on their paired rounds (``candidate[r]`` and
+    ``default[r]`` ran in the same interleaved round r).
+
+    A round is a win when the candidate took less than ``(1 - min_gain)`` times
+    the default's time in it. Under the null hypothesis that the candidate's
+    gain is at most `min_gain` (a win no likelier than a loss), the wins follow
+    Binomial(n, 1/2) at most; the candidate beats the default when the exact
+    one-sided sign test rejects that at `level`. With 9 rounds that takes 8
+    wins (p = 10/512 = 0.020); with 6 rounds, 6 (p = 1/64).
+    """
+    if len(candidate) != len(default) or not candidate:
+        raise ValueError("paired rounds of equal, non-zero length expected")
+    wins = sum(c < (1.0 - min_gain) * d for c, d in zip(candidate, default))
+    return sign_test_p(wins, len(candidate)) <= level
+
+
+def pick(rounds: Sequence[Sequence[float]], default: int, min_gain: float = MIN_GAIN, level: float = LEVEL) -> int:
+    """The tuner's choice among programs timed in the same interleaved rounds (`rounds[i]`: program i's time per
+    round): the smallest median if it beats the default by `min_gain` under :func:`paired_faster`, else the default."""
+    best = min(range(len(rounds)), key=lambda i: (statistics.median(rounds[i]), i))
+    return best if best != default and paired_faster(rounds[best], rounds[default], min_gain, level) else default
 
 
 def relative_spread(samples: Sequence[float]) -> float:

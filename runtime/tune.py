@@ -10,9 +10,13 @@ exactly (as runtime.bench does), then all of them are timed in interleaved
 repeats (A B C, A B C, ...; runtime/measure.py), and the timed outputs are
 checked too. Per program we keep the median over repeats and a
 distribution-free 95% interval (runtime/stats.py). The *pick* is the
-measured-fastest program if its interval lies wholly below the default's, else
-the default: the tuner never trades the default for a program it cannot tell
-apart from it.
+measured-fastest program if it beats the default by at least ``--min-gain``
+(default 2%) in enough of their paired rounds that an exact one-sided sign test
+rejects chance at the 5% level (8 rounds of 9; runtime/stats.py,
+``paired_faster``), else the default: the tuner never trades the default for a
+program it cannot tell apart from it. The pick is chosen from the same rounds
+that measured it, so its gain is optimistic (the best of K looks better than it
+is): ``python -m runtime.validate tuned.json`` re-measures it in a fresh job.
 
 ``tuned.json`` is the plan file with, added:
 
@@ -63,7 +67,7 @@ from p2synth.runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser,
 from p2synth.runtime.layout import Role
 from p2synth.runtime.measure import Measured, interleaved
 from p2synth.runtime.plan import Selection, select
-from p2synth.runtime.stats import CONFIDENCE, pick
+from p2synth.runtime.stats import CONFIDENCE, LEVEL, MIN_GAIN, pick
 from p2synth.runtime.timing import TimingConfig
 
 REFIT_MAX_BYTES = 16 * MiB  # the refit's ping-pong stops here (or at the largest tuned size, if smaller)
@@ -78,6 +82,16 @@ def _count(minimum: int):
     return convert
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; UsageError on a bad one."""
     p = RankZeroParser(prog="python -m runtime.tune", description=__doc__.split("\n")[0])
@@ -89,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=_count(1), default=5, help="timed runs per repeat (default 5)")
     p.add_argument("--repeats", type=_count(2), default=9, help="interleaved repeats per program (default 9: the 95%% interval "
                    "is then the 2nd to 8th fastest; from 6 on an interval reaches 95%%)")
+    p.add_argument("--min-gain", type=_fraction, default=MIN_GAIN, help="leave the default only for a program faster by "
+                   "at least this fraction in the paired test (default 0.02)")
     p.add_argument("--hierarchy-out", type=Path, default=None, help="where the refitted hierarchy goes (default OUT with .hierarchy.json)")
     p.add_argument("--no-refit", action="store_true", help="do not measure the levels nor write a refitted hierarchy")
     p.add_argument("--backend", type=enum_argument(BackendKind), default=BackendKind.NUMPY, metavar="{numpy,cupy}", help="numpy over MPI (default) or cupy over NCCL")
@@ -107,6 +123,7 @@ class Task:
     nbytes: int
     count: int  # occurrences per step (workload plans; 1 otherwise)
     top: int | None  # how many of the plan's programs were considered (None: all)
+    min_gain: float = MIN_GAIN  # the pick's least gain over the default (runtime.stats.pick)
 
 
 @dataclass(frozen=True)
@@ -143,7 +160,7 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> tuple[PlanFile, l
                 raise PlanFileError(f"request {r.named.name}: the plan gives no message_bytes to tune at")
             group = reduction_group(sel.placement, sel.request, 0).size
             index_bits(world.Get_size(), element_count(nbytes, group, sel.pieces))
-            tasks.append(Task(sel, nbytes, r.named.count, args.top))
+            tasks.append(Task(sel, nbytes, r.named.count, args.top, args.min_gain))
     return plan, tasks
 
 
@@ -185,8 +202,9 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
             "ranks": world.Get_size(), "backend": str(backend.kind), "mpi": mpi_version(),
             "timing": {"warmup": config.warmup, "iters": config.iters, "repeats": config.repeats, "order": "interleaved"},
             "top": args.top, "placements_measured": len({t.selection.index for t in tasks}),
-            "confidence": CONFIDENCE,
-            "rule": "pick = the smallest median if its interval lies wholly below the default's, else the default",
+            "confidence": CONFIDENCE, "min_gain": args.min_gain, "level": LEVEL,
+            "rule": f"pick = the smallest median if it is faster than the default by more than {args.min_gain:g} in enough "
+                    f"paired rounds for a one-sided exact sign test at level {LEVEL:g}, else the default",
             "hierarchy_file": None if hierarchy is None else str(args.hierarchy_out),
         })
         write_json_atomic(doc, args.out)
@@ -195,8 +213,12 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     return status
 
 
-def tune_request(task: Task, backend, world: MPI.Intracomm, config: TimingConfig, after_repeat) -> Outcome:
-    """Check every candidate on tagged data, time them in interleaved repeats, check the timed outputs; the pick."""
+def tune_request(task: Task, backend, world: MPI.Intracomm, config: TimingConfig, after_repeat,
+                 reverse: bool = False) -> Outcome:
+    """Check every candidate on tagged data, time them in interleaved repeats, check the timed outputs; the pick.
+
+    Each round runs the candidates in the selection's order (the default first), or from the last to the first
+    with `reverse` (runtime.validate: another order than the tuning run's)."""
     sel = task.selection
     job = Job(sel, (task.nbytes,), config, sel.placement.hierarchy.name, False)
     runner = Runner(job, backend, world, tagged_data)
@@ -205,7 +227,9 @@ def tune_request(task: Task, backend, world: MPI.Intracomm, config: TimingConfig
     buffers = Buffers(backend, runner.collective, count, runner.group.size)
     backend.upload(timed_input(runner.collective, runner.group, count), buffers.get(Role.SEND))
     compiled = [runner.executor.compile(c.program, buffers) for c in sel.candidates]
-    measured = interleaved([c.run for c in compiled], backend.synchronize, world, config, after_repeat)
+    order = list(range(len(compiled)))[::-1 if reverse else 1]
+    in_order = interleaved([compiled[i].run for i in order], backend.synchronize, world, config, after_repeat)
+    measured = [in_order[order.index(i)] for i in range(len(compiled))]
     expected = timed_expected(runner.collective, runner.group)
     for i, program in enumerate(compiled):  # each program's own output of a timed-size run, checked
         buffers.poison(float("nan"))
@@ -214,7 +238,7 @@ def tune_request(task: Task, backend, world: MPI.Intracomm, config: TimingConfig
         wrong[i] += mismatches(backend.download(buffers.get(Role.RECV)), expected, world)
     del buffers
     runner.close()
-    return Outcome(task, tuple(measured), tuple(wrong), pick([m.interval for m in measured], 0))
+    return Outcome(task, tuple(measured), tuple(wrong), pick([m.repeats_s for m in measured], 0, task.min_gain))
 
 
 def refit(plan: PlanFile, world: MPI.Intracomm, largest: int):

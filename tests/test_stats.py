@@ -2,7 +2,8 @@
 
 import pytest
 
-from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval, pick, relative_spread, ties, within_noise
+from p2synth.runtime.stats import (Interval, faster_beyond_noise, median_interval, paired_faster, pick, relative_spread,
+                                   sign_test_p, within_noise)
 
 
 def test_median_interval_order_statistics():
@@ -22,18 +23,46 @@ def _iv(median: float, low: float, high: float) -> Interval:
     return Interval(median, low, high, 0.95, 9)
 
 
-def test_pick_keeps_the_default_unless_beaten_beyond_noise():
+def test_interval_overlap():
     default = _iv(10.0, 9.0, 11.0)
     within = _iv(9.5, 8.0, 9.2)  # faster median, but its interval reaches into the default's
     beyond = _iv(8.0, 7.5, 8.9)  # wholly below the default's interval
-    assert pick([default, within], 0) == 0
-    assert pick([default, within, beyond], 0) == 2
     assert faster_beyond_noise(beyond, default) and not faster_beyond_noise(within, default)
     assert within_noise(within, default) and not within_noise(beyond, default)
+
+
+def test_sign_test_p_values_are_the_binomial_tail():
+    assert sign_test_p(9, 9) == pytest.approx(1 / 512)
+    assert sign_test_p(8, 9) == pytest.approx(10 / 512)
+    assert sign_test_p(7, 9) == pytest.approx(46 / 512)
+    assert sign_test_p(0, 9) == 1.0
+    assert sign_test_p(6, 6) == pytest.approx(1 / 64)
+
+
+DEFAULT = [10.0, 12.0, 9.0, 11.0, 10.0, 15.0, 10.0, 9.5, 10.5]
+
+
+def test_paired_faster_needs_8_of_9_rounds_beyond_the_minimum_gain():
+    eight = [d * 0.95 for d in DEFAULT[:8]] + [DEFAULT[8] * 1.2]   # 5% faster in 8 rounds, slower in one
+    seven = [d * 0.95 for d in DEFAULT[:7]] + [d * 1.2 for d in DEFAULT[7:]]
+    assert paired_faster(eight, DEFAULT) and not paired_faster(seven, DEFAULT)
+    # 1% faster in every round: below the 2% minimum gain, so not a win (but it is with a 0.5% minimum)
+    one_pct = [d * 0.99 for d in DEFAULT]
+    assert not paired_faster(one_pct, DEFAULT) and paired_faster(one_pct, DEFAULT, min_gain=0.005)
+    # the pairing matters: the same values shuffled against the rounds lose their wins
+    shifted = [d * 0.95 for d in DEFAULT[1:] + DEFAULT[:1]]
+    assert not paired_faster(shifted, DEFAULT)
+    with pytest.raises(ValueError):
+        paired_faster([1.0], [1.0, 2.0])
+
+
+def test_pick_keeps_the_default_unless_paired_faster():
+    eight = [d * 0.95 for d in DEFAULT[:8]] + [DEFAULT[8] * 1.2]
+    noisy = [d * 0.7 if i % 2 else d * 1.3 for i, d in enumerate(DEFAULT)]  # a smaller median? not in enough rounds
+    assert pick([DEFAULT, eight], 0) == 1
+    assert pick([DEFAULT, noisy], 0) == 0
+    # the fastest median is judged, not any program that would pass: the noisy one is fastest, and it fails
+    fast_noisy = [d * 1.3 if i % 2 else d * 0.5 for i, d in enumerate(DEFAULT)]  # 5 rounds halved
+    assert pick([DEFAULT, eight, fast_noisy], 0) == 0
     # the default itself measured fastest: kept
-    assert pick([_iv(5.0, 4.0, 6.0), _iv(7.0, 6.5, 8.0)], 0) == 0
-
-
-def test_ties_are_the_programs_within_noise_of_the_best():
-    ivs = [_iv(10.0, 9.0, 11.0), _iv(9.0, 8.5, 9.5), _iv(12.0, 11.5, 13.0), _iv(9.2, 8.0, 12.0)]
-    assert ties(ivs) == [0, 1, 3]
+    assert pick([DEFAULT, [d * 1.1 for d in DEFAULT]], 0) == 0
