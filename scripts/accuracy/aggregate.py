@@ -21,14 +21,14 @@ def case_metrics(c: Case, key: str) -> dict:
     """One case's figures under model `key`: hits (ties within noise count), Spearman, errors, pick and tuner."""
     pred, right = c.predicted[key], c.right
     pick = M.model_order(pred, c.lengths)[0]
-    tuned = M.tuner_choice(pred, c.intervals, c.default_index, TUNER_TOP, c.lengths)
+    tuned = M.tuner_choice(pred, c.rounds, c.default_index, TUNER_TOP, c.lengths)
     best = min(c.measured)
     return {
         "top1": M.hits(pred, right, 1, c.lengths),
         "top5": M.hits(pred, right, 5, c.lengths),
         "top10": M.hits(pred, right, 10, c.lengths),
         "spearman": M.spearman(pred, c.measured),
-        "discordant": M.discordant_pairs(pred, c.intervals),
+        "discordant": M.discordant_pairs(pred, c.measured, c.rounds),
         "rel_errors": [M.rel_error(p, m) for p, m in zip(pred, c.measured)],
         "speedup": c.measured[c.default_index] / c.measured[pick],
         "regret": c.measured[pick] / best,

@@ -2,12 +2,16 @@
 
 A case is one (testbed, placement, request, size) with at least two measured programs, the default
 among them. The measured time of a program is the median of its interleaved repeats, with the
-distribution-free 95% interval of runtime/stats.py; the programs within noise of the
-measured-fastest are the case's right answers (ties).
+distribution-free 95% interval of runtime/stats.py; the programs that do not differ significantly
+from the measured-fastest on their paired rounds (``metrics.paired_ties``) are the case's right answers
+(ties). A combo is in the fit subset by a hash of its description (:func:`in_fit_subset`), never by its
+position in the suite.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -17,7 +21,8 @@ from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program
 from p2synth.runtime.calibration import library_of
 from p2synth.hierarchies.layout import plan_layout
-from p2synth.runtime.stats import Interval, median_interval, relative_spread, ties
+from p2synth.runtime.stats import Interval, median_interval, relative_spread
+from scripts.accuracy.metrics import paired_ties
 from scripts.accuracy.programs import make_request
 
 
@@ -59,12 +64,19 @@ class Case:
     intervals: list[Interval] = field(default_factory=list)
     spreads: list[float] = field(default_factory=list)
     halves: list[tuple[float, float] | None] = field(default_factory=list)
+    rounds: list[tuple[float, ...]] = field(default_factory=list)  # each program's time per interleaved round
     predicted: dict = field(default_factory=dict)
 
     @property
     def right(self) -> list[int]:
-        """The programs within noise of the measured-fastest (any of them is a right pick)."""
-        return ties(self.intervals)
+        """The measured-fastest and the programs that do not differ from it significantly on the paired rounds
+        (any of them is a right pick; ``metrics.paired_ties``)."""
+        return paired_ties(self.rounds, self.measured)
+
+    @property
+    def best(self) -> int:
+        """The measured-fastest program (the smallest median; the first on equal medians)."""
+        return min(range(len(self.measured)), key=lambda i: (self.measured[i], i))
 
 
 def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
@@ -85,10 +97,16 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
     return cases, hierarchies
 
 
+def in_fit_subset(testbed: str, combo: dict, fit_every: int) -> bool:
+    """Whether a raw combo is in the fit subset: the SHA-256 of its description (testbed, axes, placement matrix,
+    request) is a multiple of `fit_every`. The split depends on what the combo is, not on where the suite lists it."""
+    text = json.dumps([testbed, combo["axes"], combo["matrix"], combo["request"]], sort_keys=True)
+    return int(hashlib.sha256(text.encode()).hexdigest(), 16) % fit_every == 0
+
+
 def combo_cases(testbed: str, h: Hierarchy, combo: dict, fit_every: int) -> list[Case]:
     """The cases of one raw combo of `testbed` (calibrated hierarchy `h`), one per size with two or more programs
-    measured right and the default among them; the combo is in the fit subset when its index is a multiple of
-    `fit_every`."""
+    measured right and the default among them; the combo's place in the split is :func:`in_fit_subset`'s."""
     axes = tuple(Axis(name=a, size=s) for a, s in combo["axes"])
     pl = Placement(h, axes, tuple(tuple(r) for r in combo["matrix"]))
     names = tuple(combo["request"]["axes"])
@@ -104,14 +122,15 @@ def combo_cases(testbed: str, h: Hierarchy, combo: dict, fit_every: int) -> list
         if len(rs) < 2 or not dflt:
             continue
         cases.append(Case(
-            testbed=testbed, combo=combo["index"], fit=combo["index"] % fit_every == 0, placement=pl, request=req,
+            testbed=testbed, combo=combo["index"], fit=in_fit_subset(testbed, combo, fit_every), placement=pl, request=req,
             axes_key="x".join(f"{a}={s}" for a, s in combo["axes"]),
             request_key=f"{combo['request']['collective']}({','.join(names)})", nbytes=nbytes, programs=progs,
             lengths=[len(p.steps) for p in progs], measured=[measured_time(r) for r in rs], default_index=dflt[0],
             transposes=[r["transposes"] if "transposes" in r else plan_layout(pl, req, p).transposes for r, p in zip(rs, progs)],
             intervals=[measured_interval(r) for r in rs],
             spreads=[relative_spread(r["repeats_s"]) if r.get("repeats_s") else 0.0 for r in rs],
-            halves=[halves(r) for r in rs]))
+            halves=[halves(r) for r in rs],
+            rounds=[tuple(r["repeats_s"]) if r.get("repeats_s") else (r["time_s"],) for r in rs]))
     return cases
 
 

@@ -7,6 +7,14 @@ all of a size timed in interleaved rounds, a median and a 95% interval each
 (runtime/measure.py, runtime/stats.py: the tuner's own code). Writes the raw
 JSON (everything the report needs) after every combo, so an interrupted run
 keeps what it measured.
+
+A ``validate`` suite re-measures each tuned request in a separate job
+(``python -m runtime.validate``: new processes, new rounds in the reverse
+order): the tuner's pick, the default and the runner-up, recorded under the
+combo's ``validation``. A ``frozen`` suite refuses to start with uncommitted
+changes to the model's code, records the commit (``model``), and records each
+measured program's predictions (``predicted_at_start_s``, both models, on the
+calibrated hierarchy) before the program's first timed run.
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ import time
 from pathlib import Path
 
 from p2synth.hierarchies.model import Hierarchy
+from p2synth.solver.models import CostModelKind
 from p2synth.hierarchies.program import default_program
 from scripts.accuracy.programs import (
     all_programs,
     make_request,
+    predict,
     pipelined_variants,
     placements,
     requests,
@@ -31,6 +41,8 @@ from scripts.accuracy.programs import (
 from scripts.accuracy.suite import Suite, Testbed
 
 INSTANCE = "acc"
+MODEL_CODE = ("solver", "hierarchies", "encodings", "scripts/accuracy/fit.py", "scripts/accuracy/programs.py")  # the code predictions come from
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict:
@@ -57,6 +69,8 @@ def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: 
     """
     workdir.mkdir(parents=True, exist_ok=True)
     raw = {"suite": suite.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "testbeds": []}
+    if suite.frozen:
+        raw["model"] = model_freeze()
     if resume is not None and not measured_with(resume, suite):
         raise ValueError(f"the raw document to resume was measured with another suite than {suite.name}")
     earlier = {tb["testbed"]["name"]: tb for tb in (resume or {}).get("testbeds", [])}
@@ -70,6 +84,25 @@ def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: 
     raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     _write(raw, raw_path)
     return raw
+
+
+def _git(*args: str) -> str:
+    r = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {r.stderr.strip() or 'failed'} (a frozen suite runs from a git checkout)")
+    return r.stdout.strip()
+
+
+def model_freeze() -> dict:
+    """The commit the model comes from; RuntimeError when the model's code (:data:`MODEL_CODE`) has uncommitted
+    changes, since then no commit holds the model that predicted."""
+    dirty = _git("status", "--porcelain", "--", *MODEL_CODE)
+    if dirty:
+        raise RuntimeError(f"a frozen suite needs the model committed; uncommitted changes:\n{dirty}")
+    return {"commit": _git("rev-parse", "HEAD"), "commit_time": _git("show", "-s", "--format=%cI", "HEAD"),
+            "frozen_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "rule": "every program's predictions (predicted_at_start_s) were computed from this commit's code on the "
+                    "calibrated hierarchy before the program's first timed run; nothing in the model changed after"}
 
 
 def measured_with(raw: dict, suite: Suite) -> bool:
@@ -197,6 +230,33 @@ def tuned_results(tuned: dict, iters: int) -> list[dict]:
     return out
 
 
+def frozen_predictions(pl, req, programs, sizes) -> dict[tuple[str, int], dict]:
+    """Each program's predicted seconds at each size under both models on the calibrated placement `pl`, keyed by
+    (its steps as JSON, its size); what a frozen suite records before measuring."""
+    out = {}
+    for program in programs:
+        key = json.dumps(program.to_json(pl))
+        for size in sizes:
+            out[(key, size)] = {kind: predict(pl, req, program, size, kind) for kind in (CostModelKind.SIMULATOR.value, CostModelKind.ALPHA_BETA.value)}
+    return out
+
+
+def validation_results(validated: dict) -> list[dict]:
+    """The raw validation entries of a validated combo plan (runtime.validate --out): one per size."""
+    out = []
+    for w, body in zip(validated["workload"], validated["placements"][0]["requests"]):
+        if "validation" not in body:
+            continue
+        v = body["validation"]
+        picked = body["picked"]
+        out.append({"nbytes": w["message_bytes"], "pick": {"steps": picked["steps"], "pipeline": picked.get("pipeline", 1)},
+                    "pick_is_default": picked["is_default"], "in_sample_speedup": picked["speedup_over_default"],
+                    "programs": [{k: e[k] for k in ("role", "program", "measured_s", "measured_ci_s", "measured_repeats_s", "wrong")}
+                                 for e in v["programs"]],
+                    **{k: v[k] for k in ("pick_over_default", "loss_5pct", "regret", "confirmed")}})
+    return out
+
+
 def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> dict | None:
     programs = all_programs(pl, req, suite.max_steps)
     if len(programs) <= suite.only_over:
@@ -212,7 +272,10 @@ def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> di
     for part, (sizes, count, iters) in enumerate(size_groups(suite, len(chosen), suite.sizes_of(tb))):
         plan_path = workdir / f"plan-{tag}-{part}.json"
         measured = chosen[:count] + pipelined_variants(chosen[:count], suite.pieces, suite.seed + index)
-        plan_path.write_text(json.dumps(combo_plan(h, pl, names, col, default, measured, sizes)))
+        plan = combo_plan(h, pl, names, col, default, measured, sizes)
+        if suite.frozen:
+            predicted = frozen_predictions(pl, req, [default, *measured], sizes)
+        plan_path.write_text(json.dumps(plan))
         tuned_path = workdir / f"tuned-{tag}-{part}.json"
         tuned_path.unlink(missing_ok=True)
         r = _testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.tune", str(plan_path), "--out", str(tuned_path),
@@ -222,9 +285,28 @@ def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> di
             combo["error"] = f"exit {r.returncode}: " + (r.stdout[-1500:] + r.stderr[-1500:])
             log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): FAILED exit {r.returncode}")
             continue
-        combo["results"] += tuned_results(json.loads(tuned_path.read_text()), iters)
+        results = tuned_results(json.loads(tuned_path.read_text()), iters)
+        if suite.frozen:
+            for r in results:
+                r["predicted_at_start_s"] = predicted[(json.dumps(r["program"]), r["nbytes"])]
+        combo["results"] += results
+        if suite.validate:
+            combo.setdefault("validation", []).extend(_validate(tuned_path, suite, tb, iters, combo, log))
     wall = time.monotonic() - t0
     combo["wall_s"] = round(wall, 2)
     variants = f" (+{len(pipelined)} pipelined)" if pipelined else ""
     log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): {len(chosen) + 1}/{len(programs)} programs{variants}, {wall:.1f} s")
     return combo
+
+
+def _validate(tuned_path: Path, suite: Suite, tb: Testbed, iters: int, combo: dict, log) -> list[dict]:
+    """Re-measure a tuned combo plan's picks in a separate job (runtime.validate); its raw validation entries."""
+    out_path = tuned_path.with_name(tuned_path.name.replace("tuned-", "validated-"))
+    out_path.unlink(missing_ok=True)
+    r = _testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.validate", str(tuned_path), "--out", str(out_path),
+                 "--warmup", str(suite.warmup), "--iters", str(iters), "--repeats", str(suite.repeats), timeout=3060, check=False)
+    if r.returncode != 0 or not out_path.exists():
+        combo.setdefault("validation_errors", []).append(f"exit {r.returncode}: " + (r.stdout[-1500:] + r.stderr[-1500:]))
+        log(f"[{tb.name}] combo {combo['index']}: validation FAILED exit {r.returncode}")
+        return []
+    return validation_results(json.loads(out_path.read_text()))

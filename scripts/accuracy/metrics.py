@@ -1,18 +1,39 @@
 """Metric functions of the accuracy report: pure, on plain lists (tested on hand-made data).
 
-Under the model-independent protocol a case's *right answers* are the programs within noise of
-the measured-fastest (``runtime.stats.ties``: their 95% intervals overlap the best's); a model
-hits when its pick (or, for top-k, one of its k best) is among them.
+Under the model-independent protocol a case's *right answers* are the measured-fastest and the
+programs that do not differ from it significantly on their paired rounds (:func:`paired_ties`:
+Wilcoxon's signed-rank test, two-sided, exact, at :data:`TIE_LEVEL`); a model hits when its pick
+(or, for top-k, one of its k best) is among them. ``top1_strict`` asks for the measured-fastest itself.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
 from scipy import stats
 
-from p2synth.runtime.stats import Interval, pick, within_noise
+from p2synth.runtime.stats import pick
+
+TIE_LEVEL = 0.05  # two programs tie unless Wilcoxon's test on their paired rounds rejects equality at this level
+
+
+def differ(a: Sequence[float], b: Sequence[float], level: float = TIE_LEVEL) -> bool:
+    """Whether two programs' times differ significantly on their paired rounds (``a[r]``, ``b[r]`` measured in the
+    same interleaved round r): Wilcoxon's signed-rank test (``scipy.stats.wilcoxon``, two-sided, exact for these
+    sample sizes) on the per-round log ratios, rejecting equality at `level`. Rounds with equal times carry no sign
+    and are dropped (Wilcoxon's own rule); fewer than two rounds never differ."""
+    d = [math.log(x) - math.log(y) for x, y in zip(a, b) if x != y]
+    if len(d) < 2:
+        return False
+    return float(stats.wilcoxon(d, alternative="two-sided").pvalue) <= level
+
+
+def paired_ties(rounds: Sequence[Sequence[float]], medians: Sequence[float], level: float = TIE_LEVEL) -> list[int]:
+    """The measured-fastest program (the smallest median) and every program that does not :func:`differ` from it."""
+    best = min(range(len(medians)), key=lambda i: (medians[i], i))
+    return [i for i in range(len(medians)) if i == best or not differ(rounds[i], rounds[best], level)]
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -30,15 +51,15 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return float(stats.spearmanr(xs, ys).statistic)
 
 
-def discordant_pairs(predicted: Sequence[float], intervals: Sequence[Interval]) -> tuple[int, int]:
-    """(pairs of programs the model orders against their measured medians, how many of those lie within noise of
-    each other: overlapping 95% intervals)."""
+def discordant_pairs(predicted: Sequence[float], medians: Sequence[float], rounds: Sequence[Sequence[float]]) -> tuple[int, int]:
+    """(pairs of programs the model orders against their measured medians, how many of those do not :func:`differ`
+    significantly on their paired rounds)."""
     out = noise = 0
     for i in range(len(predicted)):
         for j in range(i + 1, len(predicted)):
-            if (predicted[i] - predicted[j]) * (intervals[i].median - intervals[j].median) < 0:
+            if (predicted[i] - predicted[j]) * (medians[i] - medians[j]) < 0:
                 out += 1
-                noise += within_noise(intervals[i], intervals[j])
+                noise += not differ(rounds[i], rounds[j])
     return out, noise
 
 
@@ -102,10 +123,11 @@ def loses(measured: Sequence[float], chosen: int, default_index: int, threshold:
     return measured[chosen] > threshold * measured[default_index]
 
 
-def tuner_choice(predicted: Sequence[float], intervals: Sequence[Interval], default_index: int, k: int,
+def tuner_choice(predicted: Sequence[float], rounds: Sequence[Sequence[float]], default_index: int, k: int,
                  lengths: Sequence[int] | None = None) -> int:
-    """What ``runtime.tune --top k`` would pick from these measurements: among the default and the model's `k` best
-    other programs, the fastest if it beats the default beyond noise, else the default (an index into the case)."""
+    """What ``runtime.tune --top k`` would pick from these measurements (in sample): among the default and the
+    model's `k` best other programs, the fastest if it beats the default under the tuner's paired rule
+    (``runtime.stats.pick``), else the default (an index into the case)."""
     others = [i for i in model_order(predicted, lengths) if i != default_index][:k]
     candidates = [default_index, *others]
-    return candidates[pick([intervals[i] for i in candidates], 0)]
+    return candidates[pick([rounds[i] for i in candidates], 0)]
