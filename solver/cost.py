@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
 from p2synth.hierarchies.abstract import AbstractState, apply, start_state
@@ -162,6 +163,18 @@ def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, wit
     return out
 
 
+# Level names that mean "one machine" (shared memory), outermost first wins.
+HOST_LEVEL_NAMES = ("node", "host", "server", "machine")
+
+
+def host_level(h: Hierarchy) -> int:
+    """Index of the level whose units are hosts (shared memory): the outermost level named as in HOST_LEVEL_NAMES,
+    else the innermost level's parent; a cell at this level or an outer one separates hosts. -1 when the hierarchy
+    has one level and none of those names."""
+    names = h.level_names
+    return next((i for i, name in enumerate(names) if name in HOST_LEVEL_NAMES), len(names) - 2)
+
+
 @dataclass(frozen=True)
 class StepShape:
     """What both cost models derive from a step's slice and the scattered cells.
@@ -273,7 +286,7 @@ def step_volume(alg: Algebra, op: Any, shape: StepShape) -> Any:
 
 
 def level_traffic(alg: Algebra, placement: Placement, op: Any, shape: StepShape, S: Sequence[Any], Z: Sequence[Any],
-                  exchange: bool = False) -> list[Any]:
+                  exchange: bool = False, volume: Any = None) -> list[Any]:
     """Per level, the seconds a step's traffic keeps that level's links busy (bandwidth only; 0 off the step's levels).
 
     Every spanned level carries the step's volume per group (:func:`level_time`,
@@ -281,8 +294,10 @@ def level_traffic(alg: Algebra, placement: Placement, op: Any, shape: StepShape,
     members: across level ``l`` go the chunks addressed outside the member's
     level-``l`` unit, ``m (1 - 1/K(<=l))``. A step takes its slowest level; a
     pipeline's overlapping steps share each level (:func:`pipelined_seconds`).
-    `exchange`: the step is an all_to_all (the only steps of an all_to_all request).
+    `exchange`: the step is an all_to_all (the only steps of an all_to_all request). `volume`: the bytes
+    each member sends, if not the ring's :func:`step_volume` (AlphaBeta's tree all_reduce).
     """
+    volume = step_volume(alg, op, shape) if volume is None and not exchange else volume
     out = []
     for l in range(len(placement.hierarchy.levels)):
         if not any(lv == l for lv in shape.levels):
@@ -296,7 +311,7 @@ def level_traffic(alg: Algebra, placement: Placement, op: Any, shape: StepShape,
             away = shape.m - kept
             t = level_time(alg, placement, l, away, S, Z, shape.factors, shape.levels, spread_over_group=False)
         else:
-            t = level_time(alg, placement, l, step_volume(alg, op, shape), S, Z, shape.factors, shape.levels)
+            t = level_time(alg, placement, l, volume, S, Z, shape.factors, shape.levels)
         out.append(alg.ite(shape.spans[l], t, 0.0))
     return out
 
@@ -352,9 +367,61 @@ def pipeline_period(alg: Algebra, stages: Sequence[Any], traffic: Sequence[Seque
     return period
 
 
+# NCCL's tree all_reduce runs at 0.92 of the bus bandwidth, times 0.85 for the tree pattern
+# (NVIDIA/nccl:src/graph/tuning.cc): 0.782.
+TREE_BUS_EFFICIENCY = 0.92 * 0.85
+
+
+@dataclass(frozen=True)
+class Split:
+    """A step of :class:`AlphaBeta` on the whole message, latency and traffic apart (:meth:`AlphaBeta.split`).
+
+    ``latency``, ``traffic`` (per level) and ``busiest`` (its slowest level): the ring (chain) schedule, whose traffic
+    is also what the step keeps each level's links busy with. ``tree_latency`` and ``tree_busiest``: the double
+    binary tree an all_reduce may run instead; for every other op they are the ring's own, so
+    :func:`piece_seconds` takes the ring.
+    """
+
+    latency: Any
+    traffic: list[Any]
+    busiest: Any
+    tree_latency: Any
+    tree_busiest: Any
+
+
+def piece_seconds(alg: Algebra, split: Split, pieces: int) -> Any:
+    """Seconds of a step on one of `pieces` pieces: the cheaper of its ring, ``latency + busiest / pieces``, and
+    its tree, ``tree_latency + tree_busiest / pieces`` (the ring on a tie). ``AlphaBeta.on_piece`` and
+    ``solver.stepcosts.SplitCosts`` both evaluate this, so the search's step costs are the model's bit for bit."""
+    ring = split.latency + split.busiest / pieces
+    tree = split.tree_latency + split.tree_busiest / pieces
+    return alg.ite(tree < ring, tree, ring)
+
+
+def tree_latency(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any]) -> Any:
+    """The latency of NCCL's double binary tree all_reduce over the step's group (NVIDIA/nccl:src/graph/tuning.cc,
+    ``2 ((ppn - 1) intraLat + log2(nNodes) interLat)``): ``2 sum_l hops_l alpha_l`` over the levels, with ``g_l`` the
+    product of the slice's factors at level ``l`` (1 off the slice), ``hops_l = g_l - 1`` at a level inside a host
+    (NCCL chains the ranks of a node) and ``log2 g_l`` at a level between hosts (:func:`host_level`). ``log2 g_l`` is
+    the sum of ``log2`` of the factors (real, where NCCL takes the integer part; equal for powers of two), so the
+    term stays linear."""
+    h = placement.hierarchy
+    host = host_level(h)
+    latency = 0.0
+    for l in range(len(h.levels)):
+        if l > host:
+            latency = latency + (_slice_product(alg, shape, S, lambda lv: lv == l) - 1.0) * h.links[l].latency
+        else:
+            for s, p, lv in zip(S, shape.factors, shape.levels):
+                if lv == l:
+                    latency = alg.ite(s, latency + math.log2(p) * h.links[l].latency, latency)
+    return latency * 2.0
+
+
 @dataclass(frozen=True)
 class AlphaBeta:
-    """First cost model: per-level alpha-beta with collective volume factors.
+    """First cost model: per-level alpha-beta with collective volume factors, each all_reduce the cheaper of NCCL's
+    ring and tree.
 
     For a step ``(op, S)`` with group size ``k`` in a state where a device holds
     ``m`` bytes (``message / prod of scattered factors``):
@@ -367,13 +434,22 @@ class AlphaBeta:
       level-``l`` unit is ``V`` per group crossing it; with ``A`` active devices
       in a unit and ``g`` group members in it, ``A/g`` groups cross at once, on
       ``min(uplink, A * bandwidth)`` bytes/s. The step takes the slowest level.
+    * all_reduce: the cheaper of that ring and NCCL's double binary tree, as
+      NCCL's tuning picks the cheapest algorithm per call
+      (NVIDIA/nccl:src/graph/tuning.cc): latency :func:`tree_latency`, and
+      the whole message up and down the tree, ``V = 2m / TREE_BUS_EFFICIENCY``
+      (the ring's traffic times ``k / ((k-1) 0.782)``), per level as above.
+      The other ops run the ring alone, as NCCL models them. The links stay
+      busy for the ring's traffic (the pipeline's contention and period): the
+      tree is chosen only where its latency saves more than its traffic costs,
+      and its time is at least its own traffic, above the ring's, so a
+      pipelined program's period bound stays valid.
     * all_to_all: :func:`all_to_all_time` (latency per peer, no spreading).
 
     On one of ``pieces`` pieces (a pipelined program's steps) a step keeps its
-    latency and carries ``1/pieces`` of each level's traffic: its time is
-    ``latency + slowest(traffic) / pieces`` with the whole message's
-    :meth:`split`, so the search evaluates the model once for every piece
-    count (``solver.stepcosts.SplitCosts``).
+    latencies and carries ``1/pieces`` of each level's traffic: its time is
+    :func:`piece_seconds` of the whole message's :meth:`split`, so the search
+    evaluates the model once for every piece count (``solver.stepcosts.SplitCosts``).
     """
 
     placement: Placement
@@ -381,26 +457,33 @@ class AlphaBeta:
     message_bytes: float  # the whole message
     pieces: int = 1
 
-    def split(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> tuple[Any, list[Any]]:
-        """(latency, per-level traffic) of one step on the whole message: on one of ``pieces`` pieces the step takes
-        ``latency + slowest(traffic) / pieces`` and keeps level ``l`` busy for ``traffic[l] / pieces``."""
+    def split(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Split:
+        """The :class:`Split` of one step on the whole message: on one of ``pieces`` pieces the step takes
+        :func:`piece_seconds` and keeps level ``l`` busy for ``traffic[l] / pieces``."""
         h = self.placement.hierarchy
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
         if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
-            return (all_to_all_latency(alg, self.placement, shape, S),
-                    level_traffic(alg, self.placement, op, shape, S, Z, exchange=True))
+            latency = all_to_all_latency(alg, self.placement, shape, S)
+            traffic = level_traffic(alg, self.placement, op, shape, S, Z, exchange=True)
+            busiest = slowest(alg, traffic)
+            return Split(latency, traffic, busiest, latency, busiest)
         spans, k = shape.spans, shape.k
         is_ar = alg.is_op(op, Collective.ALL_REDUCE)
         rounds = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
         latency = 0.0
         for l in sorted(range(len(h.levels)), key=lambda l: h.links[l].latency):  # slowest wins: applied last
             latency = alg.ite(spans[l], rounds * h.links[l].latency, latency)
-        return latency, level_traffic(alg, self.placement, op, shape, S, Z)
+        traffic = level_traffic(alg, self.placement, op, shape, S, Z)
+        busiest = slowest(alg, traffic)
+        tree = slowest(alg, level_traffic(alg, self.placement, op, shape, S, Z,
+                                          volume=shape.m * (2.0 / TREE_BUS_EFFICIENCY)))
+        return Split(latency, traffic, busiest, alg.ite(is_ar, tree_latency(alg, self.placement, shape, S), latency),
+                     alg.ite(is_ar, tree, busiest))
 
     def on_piece(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> tuple[Any, list[Any]]:
         """(seconds, per-level traffic) of one step on one piece: :meth:`step_time` and :meth:`traffic` at once."""
-        latency, traffic = self.split(alg, op, S, Y, Z)
-        return latency + slowest(alg, traffic) / self.pieces, [t / self.pieces for t in traffic]
+        split = self.split(alg, op, S, Y, Z)
+        return piece_seconds(alg, split, self.pieces), [t / self.pieces for t in split.traffic]
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
         """Predicted seconds of one step on one piece (see the class docstring)."""

@@ -131,8 +131,9 @@ def bracketed_tables(costs: EdgeCosts, pieces: int, one: PipelineTables, top: Pi
     without a dynamic programming pass of their own; None when the step costs do not allow it.
 
     A step's time at 1/P of the message, as a function of ``u = 1/P``, is
-    affine under the alpha-beta model (latency plus bytes over bandwidth),
-    so a completion's sum of stages is a minimum of affine functions of ``u``:
+    affine under the alpha-beta model (latency plus bytes over bandwidth), or
+    the cheaper of two affine ones (an all_reduce's ring and tree), so a
+    completion's sum of stages is a minimum of concave functions of ``u``:
     concave, above its chord. With ``1/P = lam + (1 - lam)/A``, and every
     step cost at least ``lam w_1 + (1 - lam) w_A`` (checked per case: the
     cost model decides), ``lam h_1 + (1 - lam) h_A`` bounds the cost to go,

@@ -45,10 +45,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
-from p2synth.solver.cost import Algebra, StepShape, all_to_all_time, level_time, step_shape, step_traffic
+from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, step_shape,
+                                 step_traffic)
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -93,18 +94,6 @@ def open_mpi_linear_reduce_scatter(alg: Algebra, k: Any, block: Any) -> Any:
 HAN_SEGMENT_BYTES = 65536.0
 # libnbc's ibcast, which HAN's inter-host stage calls, is linear up to this many members (a chain above).
 LIBNBC_LINEAR_BCAST_MAX = 4
-
-
-# Level names that mean "one machine" (shared memory), outermost first wins.
-HOST_LEVEL_NAMES = ("node", "host", "server", "machine")
-
-
-def host_level(h: Hierarchy) -> int:
-    """Index of the level whose units are hosts (shared memory): the outermost level named as in HOST_LEVEL_NAMES,
-    else the innermost level's parent; a cell at this level or an outer one separates hosts. -1 when the hierarchy
-    has one level and none of those names."""
-    names = h.level_names
-    return next((i for i, name in enumerate(names) if name in HOST_LEVEL_NAMES), len(names) - 2)
 
 
 @dataclass(frozen=True)

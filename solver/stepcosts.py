@@ -18,7 +18,7 @@ import numpy as np
 from p2synth.hierarchies.statespace import StateSpace
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
-from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, slowest
+from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, Split, piece_seconds
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,9 @@ class SplitCosts:
     """One evaluation of a cost model that splits a step into latency and traffic (``solver.cost.AlphaBeta.split``)
     on every distinct case of a state space: the step costs of every piece count, and the whole message's traffic.
 
-    On one of ``P`` pieces such a model's step takes ``latency + slowest(traffic) / P``: :meth:`on_pieces` computes
-    exactly that, case by case, with the model's own ``slowest``, so its values equal the model's evaluated at ``P``
+    On one of ``P`` pieces such a model's step takes the cheaper of its ring, ``latency + busiest / P``, and its
+    tree, ``tree_latency + tree_busiest / P`` (``solver.cost.piece_seconds``): :meth:`on_pieces` computes exactly
+    that, case by case, with the model's own function, so its values equal the model's evaluated at ``P``
     (``tests/test_pipeline.py`` holds them equal bit for bit).
     """
 
@@ -106,10 +107,13 @@ class SplitCosts:
     latency: np.ndarray  # per case
     traffic: np.ndarray  # (levels, cases), the whole message
     busiest: np.ndarray  # per case, the slowest level's traffic
+    tree_latency: np.ndarray  # per case, the tree's (the ring's where the step has no tree)
+    tree_busiest: np.ndarray
 
     def on_pieces(self, pieces: int) -> EdgeCosts:
         """The step costs on one of `pieces` pieces."""
-        return EdgeCosts(self.space, self.latency + self.busiest / pieces)
+        split = Split(self.latency, list(self.traffic), self.busiest, self.tree_latency, self.tree_busiest)
+        return EdgeCosts(self.space, np.asarray(piece_seconds(ARRAYS, split, pieces), dtype=np.float64))
 
 
 def split_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = None) -> SplitCosts | None:
@@ -120,11 +124,10 @@ def split_costs(space: StateSpace, model: CostModel, deadline: Deadline | None =
     if (deadline or Deadline(None)).expired():
         raise SolverTimeout("step costs")
     cases = step_cases(space)
-    latency, traffic = split(ARRAYS, cases.op, *_case_bits(space))
-    shape = cases.op.shape
-    loads = [np.broadcast_to(np.asarray(t, dtype=np.float64), shape) for t in traffic]
-    return SplitCosts(space, np.broadcast_to(np.asarray(latency, dtype=np.float64), shape),
-                      np.stack(loads), np.broadcast_to(np.asarray(slowest(ARRAYS, loads), dtype=np.float64), shape))
+    found = split(ARRAYS, cases.op, *_case_bits(space))
+    per_case = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), cases.op.shape)
+    return SplitCosts(space, per_case(found.latency), np.stack([per_case(t) for t in found.traffic]),
+                      per_case(found.busiest), per_case(found.tree_latency), per_case(found.tree_busiest))
 
 
 def edge_traffic(space: StateSpace, model: CostModel) -> np.ndarray:

@@ -270,7 +270,7 @@ def test_split_costs_are_the_models_own_at_every_piece_count(case, pieces):
 def test_bracketed_tables_rank_as_exact_ones_do(case):
     """On random hierarchies, the search with the piece counts between 1 and 16 bracketed ranks exactly the programs,
     piece counts and costs it ranks with every table computed, and both are proved; with alpha-beta every middle
-    piece count is bracketed (its steps are affine in 1/P)."""
+    piece count is bracketed (its steps are affine in 1/P, or the lesser of two affine ones: concave)."""
     p, req, size, kind = case
     pieces = (1, 2, 4, 8, 16)
     used = []
