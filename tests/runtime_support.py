@@ -201,3 +201,20 @@ def testbed_skip_reason() -> str | None:
     if not (Path(sys.executable).parent / "mpirun").exists() and not shutil.which("mpirun"):
         return "mpirun not found"
     return None
+
+
+def slowed(delays: str, key: str = "len(program.steps)", then: str = "", module: str = "p2synth.runtime.tune") -> str:
+    """A python -c program running `module`'s main (runtime.tune by default) on argv[1:], a program sleeping
+    ``(delays)[key]`` s per run (key: of `program`, by default its number of steps); then, if the job exits 0, the
+    statements `then`. Which program is really faster is then known, whatever the shared machine's noise."""
+    return (
+        "import sys, time, p2synth.runtime.executor as ex; orig = ex.Executor.compile\n"
+        f"delays = {delays}\n"
+        "def compile(self, program, buffers, fault=None):\n"
+        f"    c = orig(self, program, buffers, fault); d = delays.get({key}, 0)\n"
+        "    return ex.CompiledProgram(c.calls + ((lambda: time.sleep(d)),), c.transposes) if d else c\n"
+        "ex.Executor.compile = compile\n"
+        f"from {module} import main; status = main(sys.argv[1:])\n"
+        f"{then}\n"
+        "sys.exit(status)\n"
+    )

@@ -25,6 +25,7 @@ from tests.runtime_support import (
     placement_of,
     request_of,
     run_mpi,
+    slowed,
     write_plan,
 )
 
@@ -33,22 +34,6 @@ QUICK = ["--warmup", "1", "--iters", "2", "--repeats", "8", "--no-refit"]
 
 
 # ---- the tuner under MPI ------------------------------------------------------------------
-def slowed(delays: str, key: str = "len(program.steps)", then: str = "") -> str:
-    """A python -c program running runtime.tune on argv[1:], a program sleeping ``(delays)[key]`` s per run (key: of
-    `program`, by default its number of steps); then, if the tuner exits 0, the statements `then`."""
-    return (
-        "import sys, time, p2synth.runtime.executor as ex; orig = ex.Executor.compile\n"
-        f"delays = {delays}\n"
-        "def compile(self, program, buffers, fault=None):\n"
-        f"    c = orig(self, program, buffers, fault); d = delays.get({key}, 0)\n"
-        "    return ex.CompiledProgram(c.calls + ((lambda: time.sleep(d)),), c.transposes) if d else c\n"
-        "ex.Executor.compile = compile\n"
-        "from p2synth.runtime.tune import main; status = main(sys.argv[1:])\n"
-        f"{then}\n"
-        "sys.exit(status)\n"
-    )
-
-
 def _small_plan(tmp_path, max_steps=3, message_bytes=64 << 10):
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
     programs = all_programs(SMALL, request, max_steps)
