@@ -25,6 +25,7 @@ def case_metrics(c: Case, key: str) -> dict:
     best = min(c.measured)
     return {
         "top1": M.hits(pred, right, 1, c.lengths),
+        "top1_strict": pick == c.best,
         "top5": M.hits(pred, right, 5, c.lengths),
         "top10": M.hits(pred, right, 10, c.lengths),
         "spearman": M.spearman(pred, c.measured),
@@ -61,6 +62,7 @@ def aggregate(cases: list[Case], key: str) -> dict:
         "programs_measured": sum(sizes),
         "ties": sum(len(c.right) > 1 for c in cases),
         "top1": sum(p["top1"] for p in per) / n,
+        "top1_strict": sum(p["top1_strict"] for p in per) / n,
         "top5": top5,
         "top10": top10,
         "cases_over_5_programs": over5,

@@ -94,8 +94,18 @@ def main(argv=None) -> int:
         for name, h in report["hierarchies"].items():
             (args.fitted_dir / f"{name}.json").write_text(json.dumps(h, indent=2) + "\n")
     if args.summary:
-        args.summary.write_text(json.dumps(summary_doc(report, raw_name), indent=2) + "\n")
-    Console().print(summary_table(report))
+        args.summary.write_text(json.dumps(summary_doc(report, raw_name, raw["suite"].get("name", "default")), indent=2) + "\n")
+    console = Console()
+    console.print(summary_table(report))
+    oos = report["summary"].get("tuner_oos")
+    if oos:
+        console.print(f"tuner out of sample: {oos['tuner_oos_cases']} re-measured picks, loss > 5% in "
+                      f"{oos['tuner_oos_loss_5pct']:.3f}, median regret {oos['tuner_oos_regret_median']:.3f}, "
+                      f"{oos['tuner_oos_confirmed']} of {oos['tuner_oos_left_default']} picks that left the default confirmed")
+    if report.get("frozen_check"):
+        f = report["frozen_check"]
+        console.print(f"model frozen at {f['commit']}: the code at hand predicts {'identically' if f['identical'] else 'DIFFERENTLY'} "
+                      f"on {f['programs']} programs (largest relative difference {max(f['max_rel_diff'].values()):.2g})")
     return 0
 
 
@@ -126,22 +136,25 @@ def merge_raw(raws: list[dict]) -> dict:
             "finished": raws[-1].get("finished"), "testbeds": [tb for r in raws for tb in r["testbeds"]]}
 
 
-SUMMARY_ROWS = ("cases", "ties", "top1", "top5", "cases_over_5_programs", "top10", "cases_over_10_programs", "spearman",
+SUMMARY_ROWS = ("cases", "ties", "top1_strict", "top1", "top1_within_5pct", "top5", "cases_over_5_programs", "top10", "cases_over_10_programs", "spearman",
                 "median_rel_error", "max_rel_error", "pick_loss_5pct", "pick_regret_median", "pick_regret_max",
                 "tuned_loss_5pct", "tuned_regret_median", "noise_median", "win_fraction", "max_speedup", "mean_speedup",
                 "placement_spread_max", "placement_spread_mean")
 
 
 def summary_table(report: dict) -> Table:
-    """The held-out figures of the simulator and of alpha-beta side by side, one metric a row."""
+    """The held-out figures of the simulator, alpha-beta and the two baselines side by side, one metric a row."""
     sim, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
+    base = report["summary"].get("baselines", {})
     table = Table(title=f"held-out cases: {sim['cases']} (fit cases: {report['fit']['cases']})",
                   caption=f"protocol: {report.get('protocol')}")
     table.add_column("metric")
     table.add_column("simulator", justify="right")
     table.add_column("alpha-beta", justify="right")
+    for kind in base:
+        table.add_column(kind.replace("_", "-"), justify="right")
     for k in SUMMARY_ROWS:
-        table.add_row(k, _cell(sim.get(k)), _cell(ab.get(k)))
+        table.add_row(k, _cell(sim.get(k)), _cell(ab.get(k)), *(_cell(b.get(k)) for b in base.values()))
     return table
 
 

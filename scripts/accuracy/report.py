@@ -1,8 +1,10 @@
 """The accuracy report from raw measurements: held-out split, fitted constants, figures per model and per case.
 
-Every cost model gets the same fitting (``fit.fit_constants``) on the fit subset (the combos whose
-index is a multiple of the suite's ``fit_every``); the figures (``aggregate``) are on the other combos,
-overall and by testbed, size and collective. The cases come from ``cases.load_cases``.
+Every cost model gets the same fitting (``fit.fit_constants``) on the fit subset (the combos a hash
+of whose description is a multiple of the suite's ``fit_every``: ``cases.in_fit_subset``); the figures
+(``aggregate``) are on the other combos, overall and by testbed, size and collective, beside the
+baselines that need no model (``baselines``), the tuner's figures on its second measurement and the
+frozen model's check (``validation``). The cases come from ``cases.load_cases``.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ from __future__ import annotations
 import statistics
 
 from scripts.accuracy.aggregate import aggregate, by_pipeline, case_metrics, oracle, placement_spread
+from scripts.accuracy.baselines import baselines
 from scripts.accuracy.cases import Case, contention_ratios, load_cases
 from scripts.accuracy.fit import fit_constants, predict_all
+from scripts.accuracy.validation import frozen_check, tuner_out_of_sample
 
 MODELS = ("simulator", "alpha-beta")
+SPLIT = ("combos whose SHA-256 of (testbed, axes, placement matrix, request) is a multiple of fit_every are the fit "
+         "subset; metrics on the others")
 BREAKDOWNS = (("testbed", "by_testbed"), ("nbytes", "by_size"), ("collective", "by_collective"))
 
 
@@ -29,7 +35,7 @@ def build_report(raw: dict) -> dict:
     held = [c for c in cases if not c.fit]
     protocol = raw["suite"].get("protocol", "model-chosen (before issue 10)")
     report = {"protocol": protocol,
-              "split": "combos with index % fit_every == 0 (per testbed) are the fit subset; metrics on the others",
+              "split": SPLIT, "model": raw.get("model"), "frozen_check": frozen_check(raw),
               "fit": {"cases": sum(c.fit for c in cases), "constants": fit_info["simulator"], "constants_by_model": fit_info},
               "hierarchies": {k: v.model_dump(mode="json", exclude_none=True) for k, v in fitted["simulator"].items()},
               "noise_by_size": {str(size): statistics.median(x for c in cases if c.nbytes == size for x in c.spreads)
@@ -46,6 +52,8 @@ def build_report(raw: dict) -> dict:
                 sub = [c for c in held if _group(c, attr) == value]
                 report[dest].setdefault(str(value), {})[key] = aggregate(sub, key)
     report["summary"]["oracle"] = oracle(held)
+    report["summary"]["baselines"] = baselines(held)
+    report["summary"]["tuner_oos"] = tuner_out_of_sample(raw)
     sim = report["summary"]["simulator"]  # {"cases": 0} when every combo is in the fit subset
     report["summary"]["tuner"] = {k: sim[k] for k in ("tuned_loss_5pct", "tuned_regret_median", "tuned_regret_max") if k in sim}
     report["cases"] = [case_row(c) for c in cases]
@@ -64,13 +72,13 @@ def case_row(c: Case) -> dict:
     return {
         "testbed": c.testbed, "combo": c.combo, "fit": c.fit, "placement": c.placement.describe(), "request": c.request_key,
         "nbytes": c.nbytes,
-        "right": c.right,
+        "right": c.right, "best": c.best,
         "regret": {"simulator": sim["regret"], "alpha-beta": case_metrics(c, "alpha-beta")["regret"],
                    "tuner": sim["tuned_regret"]},
         "programs": [{"text": p.text(c.placement), "steps": len(p.steps), "pipeline": p.pipeline, "measured_s": m,
-                      "measured_ci_s": iv.to_json(), "spread": sp, "simulator_s": ps, "alpha_beta_s": pa,
-                      "default": i == c.default_index, "transposes": t}
-                     for i, (p, m, iv, sp, ps, pa, t) in enumerate(zip(c.programs, c.measured, c.intervals, c.spreads,
-                                                                       c.predicted["simulator"], c.predicted["alpha-beta"],
-                                                                       c.transposes))],
+                      "measured_ci_s": iv.to_json(), "measured_repeats_s": list(r), "spread": sp, "simulator_s": ps,
+                      "alpha_beta_s": pa, "default": i == c.default_index, "transposes": t}
+                     for i, (p, m, iv, r, sp, ps, pa, t) in enumerate(zip(c.programs, c.measured, c.intervals, c.rounds,
+                                                                          c.spreads, c.predicted["simulator"],
+                                                                          c.predicted["alpha-beta"], c.transposes))],
     }
