@@ -107,9 +107,10 @@ def test_paired_rounds_differ_only_when_wilcoxon_rejects():
 def test_discordant_pairs_and_those_within_noise():
     rounds = [ROUNDS, _times([1.1, 0.9] * 4 + [1.05]), _times([3.0] * 9)]
     medians = [statistics.median(r) for r in rounds]
-    assert M.discordant_pairs([1.0, 2.0, 3.0], medians, rounds) == (0, 0)
-    assert M.discordant_pairs([2.0, 1.0, 3.0], medians, rounds) == (1, 1)   # programs 0 and 1 swapped: a tie
-    assert M.discordant_pairs([3.0, 2.0, 1.0], medians, rounds) == (3, 1)   # every pair swapped; only 0-1 tie
+    differs = lambda i, j: M.differ(rounds[i], rounds[j])
+    assert M.discordant_pairs([1.0, 2.0, 3.0], medians, differs) == (0, 0)
+    assert M.discordant_pairs([2.0, 1.0, 3.0], medians, differs) == (1, 1)   # programs 0 and 1 swapped: a tie
+    assert M.discordant_pairs([3.0, 2.0, 1.0], medians, differs) == (3, 1)   # every pair swapped; only 0-1 tie
 
 
 def test_the_halves_of_a_measurement_are_its_even_and_odd_rounds():

@@ -29,7 +29,7 @@ def case_metrics(c: Case, key: str) -> dict:
         "top5": M.hits(pred, right, 5, c.lengths),
         "top10": M.hits(pred, right, 10, c.lengths),
         "spearman": M.spearman(pred, c.measured),
-        "discordant": M.discordant_pairs(pred, c.measured, c.rounds),
+        "discordant": M.discordant_pairs(pred, c.measured, c.differs),
         "rel_errors": [M.rel_error(p, m) for p, m in zip(pred, c.measured)],
         "speedup": c.measured[c.default_index] / c.measured[pick],
         "regret": c.measured[pick] / best,

@@ -15,6 +15,7 @@ import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Axis, Placement
@@ -22,7 +23,7 @@ from p2synth.hierarchies.program import Program
 from p2synth.runtime.calibration import library_of
 from p2synth.hierarchies.layout import plan_layout
 from p2synth.runtime.stats import Interval, median_interval, relative_spread
-from scripts.accuracy.metrics import paired_ties
+from scripts.accuracy.metrics import differ, paired_ties
 from scripts.accuracy.programs import make_request
 
 
@@ -65,13 +66,21 @@ class Case:
     spreads: list[float] = field(default_factory=list)
     halves: list[tuple[float, float] | None] = field(default_factory=list)
     rounds: list[tuple[float, ...]] = field(default_factory=list)  # each program's time per interleaved round
+    _differs: dict = field(default_factory=dict, repr=False, compare=False)
     predicted: dict = field(default_factory=dict)
 
-    @property
+    @cached_property
     def right(self) -> list[int]:
         """The measured-fastest and the programs that do not differ from it significantly on the paired rounds
         (any of them is a right pick; ``metrics.paired_ties``)."""
         return paired_ties(self.rounds, self.measured)
+
+    def differs(self, i: int, j: int) -> bool:
+        """Whether programs i and j differ significantly on their paired rounds (``metrics.differ``; remembered)."""
+        key = (min(i, j), max(i, j))
+        if key not in self._differs:
+            self._differs[key] = differ(self.rounds[key[0]], self.rounds[key[1]])
+        return self._differs[key]
 
     @property
     def best(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from scipy import stats
 
@@ -51,15 +51,15 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return float(stats.spearmanr(xs, ys).statistic)
 
 
-def discordant_pairs(predicted: Sequence[float], medians: Sequence[float], rounds: Sequence[Sequence[float]]) -> tuple[int, int]:
-    """(pairs of programs the model orders against their measured medians, how many of those do not :func:`differ`
-    significantly on their paired rounds)."""
+def discordant_pairs(predicted: Sequence[float], medians: Sequence[float], differs: Callable[[int, int], bool]) -> tuple[int, int]:
+    """(pairs of programs the model orders against their measured medians, how many of those tie: ``differs(i, j)``,
+    whether programs i and j differ significantly on their paired rounds (:func:`differ`), is false)."""
     out = noise = 0
     for i in range(len(predicted)):
         for j in range(i + 1, len(predicted)):
             if (predicted[i] - predicted[j]) * (medians[i] - medians[j]) < 0:
                 out += 1
-                noise += not differ(rounds[i], rounds[j])
+                noise += not differs(i, j)
     return out, noise
 
 
