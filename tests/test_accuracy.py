@@ -444,8 +444,59 @@ def test_tiny_suite_end_to_end(tmp_path):
     assert len(combos) == 2 and all(c["results"] and not c.get("error") for c in combos)
     assert all(r["wrong"] == 0 for c in combos for r in c["results"])
     rep = json.loads(out.read_text())
-    assert rep["fit"]["cases"] == 2 and rep["summary"]["simulator"]["cases"] == 2
-    assert math.isfinite(rep["summary"]["simulator"]["median_rel_error"])
+    fit = sum(in_fit_subset(raw["testbeds"][0]["testbed"]["name"], c, TINY.fit_every) for c in combos)
+    assert rep["fit"]["cases"] == 2 * fit and rep["summary"]["simulator"]["cases"] == 2 * (2 - fit)
+    assert rep["summary"]["simulator"]["cases"] == 0 or math.isfinite(rep["summary"]["simulator"]["median_rel_error"])
+
+
+def test_frozen_suite_end_to_end_records_the_model_and_validates_the_picks(tmp_path):
+    """The frozen suite's smoke run on the testbed: the model's commit and every program's predictions recorded before
+    it is timed, identical to what the code predicts now; every tuned size re-measured by runtime.validate."""
+    from scripts.accuracy.measure import MODEL_CODE, REPO
+    from scripts.accuracy.suite import FROZEN_TINY
+    from scripts.accuracy.validation import frozen_check, tuner_out_of_sample
+
+    reason = testbed_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", *MODEL_CODE], capture_output=True, text=True).stdout:
+        pytest.skip("the model's code has uncommitted changes here: a frozen suite refuses to run (tested below)")
+    env = dict(os.environ, P2S_ACCURACY_INSTANCE=f"f{os.getpid() % 10**6}")
+    out = tmp_path / "acc.json"
+    r = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--suite", "frozen-tiny", "--workdir", str(tmp_path / "w"),
+                        "--out", str(out)], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    raw = json.loads((tmp_path / "acc.raw.json").read_text())
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert raw["model"]["commit"] == head and raw["suite"]["name"] == FROZEN_TINY.name
+    (combo,) = raw["testbeds"][0]["combos"]
+    assert all(set(x["predicted_at_start_s"]) == {"simulator", "alpha-beta"} for x in combo["results"])
+    assert frozen_check(raw)["identical"] is True and frozen_check(raw)["programs"] == len(combo["results"])
+    assert sorted(v["nbytes"] for v in combo["validation"]) == sorted(FROZEN_TINY.sizes)
+    assert all(p["wrong"] == 0 for v in combo["validation"] for p in v["programs"])
+    assert tuner_out_of_sample(raw)["tuner_oos_cases"] == len(FROZEN_TINY.sizes)
+
+
+def test_a_frozen_suite_refuses_uncommitted_model_code(monkeypatch):
+    from scripts.accuracy import measure
+
+    monkeypatch.setattr(measure, "_git", lambda *a: " M solver/cost.py" if a[0] == "status" else "abc")
+    with pytest.raises(RuntimeError, match="needs the model committed"):
+        measure.model_freeze()
+    monkeypatch.setattr(measure, "_git", lambda *a: "" if a[0] == "status" else "abc")
+    assert measure.model_freeze()["commit"] == "abc"
+
+
+def test_a_changed_model_fails_the_frozen_check():
+    """frozen_check sees a model that predicts otherwise than the recorded predictions (here: one altered by 1%)."""
+    from scripts.accuracy.validation import frozen_check
+
+    raw = json.loads((ROOT / "docs/accuracy/frozen/raw.json").read_text())
+    assert frozen_check(raw)["identical"] is True
+    first = raw["testbeds"][0]["combos"][0]["results"][0]
+    first["predicted_at_start_s"]["simulator"] *= 1.01
+    check = frozen_check(raw)
+    assert check["identical"] is False and check["max_rel_diff"]["simulator"] == pytest.approx(0.01 / 1.01, rel=1e-6)
 
 
 def test_merge_raw_puts_testbeds_side_by_side_and_refuses_repeated_names():

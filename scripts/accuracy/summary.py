@@ -13,7 +13,7 @@ NEW_FIELDS = ("cases_over_10_programs", "ties", "top1_within_5pct", "pick_loss_5
 TUNER_OOS_FIELDS = ("tuner_oos_cases", "tuner_oos_loss_5pct", "tuner_oos_regret_median", "tuner_oos_regret_max",
                     "tuner_oos_left_default", "tuner_oos_confirmed", "tuner_oos_speedup_median", "tuner_in_sample_speedup_median")
 TARGETS = {"top1_strict": 0.7, "top1_strict_over_always_default": 0.25, "top1": 0.8, "top10": 0.99, "spearman": 0.9,
-           "median_rel_error": 0.15, "pick_loss_5pct": 0.02, "tuner_oos_loss_5pct": 0.0, "tuner_oos_cases": 40,
+           "median_rel_error": 0.15, "pick_loss_5pct": 0.02, "tuner_oos_loss_5pct": 0.0, "tuner_oos_cases": 40, "tuned_loss_5pct": 0.0,
            "tuned_regret_median": 1.02}
 DOCS = {"default": "docs/accuracy", "frozen": "docs/accuracy/frozen"}  # where each suite's files live
 

@@ -20,9 +20,10 @@ from scripts.accuracy.programs import make_request, predict
 
 
 def validation_entries(raw: dict) -> list[tuple[str, dict, dict]]:
-    """(testbed, combo, validation entry) for every re-measured tuned request of `raw`."""
+    """(testbed, combo, validation entry) for every re-measured tuned request of `raw` that is a case: the tuner had a
+    choice (two or more programs measured; where the default is the only valid program there is nothing to judge)."""
     return [(tb["testbed"]["name"], combo, v) for tb in raw["testbeds"] for combo in tb.get("combos", [])
-            for v in combo.get("validation", [])]
+            for v in combo.get("validation", []) if len(v["programs"]) >= 2]
 
 
 def tuner_out_of_sample(raw: dict) -> dict:

@@ -1,0 +1,101 @@
+"""The accuracy tables the README shows, made from the summary files, so that the README says what they say.
+
+    python -m scripts.accuracy.table docs/accuracy/frozen/summary.json docs/accuracy/summary.json
+    python -m scripts.accuracy.table --breakdowns docs/accuracy/report.json
+
+Per summary: each model's figures beside the two baselines' (always the default, a uniform random pick) and the
+targets, and, where the campaign re-measured the tuner's picks, one line on the tuner judged out of sample.
+With ``--breakdowns``, a report's held-out figures by testbed, size and collective. tests/test_accuracy_files.py
+checks that the README and docs/accuracy hold exactly this output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from scripts.tables import markdown
+
+COLUMNS = ("", "simulator", "alpha-beta", "always the default", "random pick", "target")
+
+
+def _f(x, pct: bool = False, times: bool = False) -> str:
+    """A figure as the README prints it: '-' for none, a percentage, a ratio with 'x', or two decimals."""
+    if x is None:
+        return "-"
+    if pct:
+        return f"{100 * x:.0f}%" if x >= 0.1 or x == 0 else f"{100 * x:.1f}%"
+    return f"{x:.2f}x" if times else f"{x:.2f}"
+
+
+def rows(s: dict) -> list[list[str]]:
+    """The table's rows for summary `s`."""
+    ab, d, r = s["alpha_beta"], s["baselines"]["always_default"], s["baselines"]["random"]
+    t = s["targets"]
+    line = lambda label, key, target="", **kw: [label, _f(s.get(key), **kw), _f(ab.get(key), **kw), _f(d.get(key), **kw),
+                                                _f(r.get(key), **kw), target]
+    return [
+        line("top-1 strict: the pick is the measured-fastest", "top1_strict",
+             f">= {t['top1_strict']}, and the default's + {t['top1_strict_over_always_default']}"),
+        line("top-1, ties count (paired Wilcoxon test, 5%)", "top1", f">= {t['top1']}"),
+        line("top-10, cases with > 10 programs", "top10", f">= {t['top10']}"),
+        line("Spearman, mean over cases", "spearman", f">= {t['spearman']}"),
+        line("median relative error", "median_rel_error", f"<= {_f(t['median_rel_error'], pct=True)}", pct=True),
+        line("pick > 5% slower than the default", "pick_loss_5pct", f"<= {_f(t['pick_loss_5pct'], pct=True)}", pct=True),
+        line("median regret (pick / measured best)", "pick_regret_median", times=True),
+        line("pick beats the default", "win_fraction", pct=True),
+        line("mean speedup over the default", "mean_speedup", times=True),
+    ]
+
+
+def tuner_line(s: dict) -> str | None:
+    """The tuner judged on its second measurement, in one sentence (None when the campaign did not re-measure)."""
+    if not s.get("tuner_oos_cases"):
+        return None
+    return (f"`runtime.tune`'s pick, re-measured in a separate job (`runtime.validate`) on {s['tuner_oos_cases']} cases: "
+            f"more than 5% slower than the default in {_f(s['tuner_oos_loss_5pct'], pct=True)} of them "
+            f"(target 0%), median regret {_f(s['tuner_oos_regret_median'], times=True)}, worst "
+            f"{_f(s['tuner_oos_regret_max'], times=True)}; {s['tuner_oos_confirmed']} of the {s['tuner_oos_left_default']} "
+            f"picks that left the default were confirmed faster again.")
+
+
+def table(s: dict) -> str:
+    """Markdown: the table, then the tuner's line if any."""
+    out = markdown(COLUMNS, rows(s))
+    line = tuner_line(s)
+    return out + ("\n\n" + line if line else "")
+
+
+BREAKDOWN_COLUMNS = ("cases", "ties", "sim top1_strict", "sim top1", "sim spearman", "sim median_rel_error",
+                     "sim pick_loss_5pct", "sim pick_regret_max", "noise_median", "ab top1_strict", "ab spearman",
+                     "ab median_rel_error")
+
+
+def breakdowns(report: dict) -> str:
+    """Markdown: the held-out figures of `report` by testbed, by size and by collective, one table each."""
+    out = []
+    for label, dest in (("testbed", "by_testbed"), ("size", "by_size"), ("collective", "by_collective")):
+        body = []
+        for value, models in sorted(report[dest].items(), key=lambda kv: (int(kv[0]) if kv[0].isdigit() else 0, kv[0])):
+            sim, ab = models["simulator"], models["alpha-beta"]
+            figure = lambda x: "-" if x is None else (f"{x:.2f}" if isinstance(x, float) else str(x))
+            body.append([value, *(figure(x) for x in (sim["cases"], sim["ties"], sim["top1_strict"], sim["top1"], sim["spearman"],
+                                                      sim["median_rel_error"], sim["pick_loss_5pct"], sim["pick_regret_max"],
+                                                      sim["noise_median"], ab["top1_strict"], ab["spearman"], ab["median_rel_error"]))])
+        out.append(markdown((label, *BREAKDOWN_COLUMNS), body))
+    return "\n\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print each named summary's table (or, after ``--breakdowns``, each named report's), a blank line between."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--breakdowns"]:
+        print("\n\n".join(breakdowns(json.loads(Path(p).read_text())) for p in args[1:]))
+    else:
+        print("\n\n".join(table(json.loads(Path(p).read_text())) for p in args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The committed accuracy files are what the code computes from the committed raw measurements, byte for byte.
+
+Both campaigns: the one the simulator's terms were built on (docs/accuracy/) and the frozen-model campaign
+(docs/accuracy/frozen/), whose summary must also show that the code at hand predicts exactly what the frozen
+model predicted before the measurement.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ["docs/accuracy", "docs/accuracy/frozen"]
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_the_summary_and_report_are_rebuilt_from_the_raw_file_exactly(folder, tmp_path):
+    report, summary = tmp_path / "report.json", tmp_path / "summary.json"
+    done = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--from-raw", f"{folder}/raw.json", "--out", str(report),
+                           "--summary", str(summary)], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert summary.read_bytes() == (ROOT / folder / "summary.json").read_bytes()
+    assert report.read_bytes() == (ROOT / folder / "report.json").read_bytes()
+
+
+def test_the_frozen_campaign_judges_the_model_it_froze():
+    doc = json.loads((ROOT / "docs/accuracy/frozen/summary.json").read_text())
+    raw = json.loads((ROOT / "docs/accuracy/frozen/raw.json").read_text())
+    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
+    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
+    # the model's commit precedes the measurement
+    from datetime import datetime
+    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
+    # a shape and collectives the simulator's terms were not built on
+    built_on = json.loads((ROOT / "docs/accuracy/raw.json").read_text())
+    assert {tb["testbed"]["name"] for tb in raw["testbeds"]}.isdisjoint({tb["testbed"]["name"] for tb in built_on["testbeds"]})
+    assert set(raw["suite"]["collectives"]).isdisjoint(built_on["suite"]["collectives"])
+
+
+def _table(*args):
+    done = subprocess.run([sys.executable, "-m", "scripts.accuracy.table", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("doc,summaries", [
+    ("README.md", ["docs/accuracy/frozen/summary.json", "docs/accuracy/summary.json"]),
+    ("docs/accuracy/frozen/README.md", ["docs/accuracy/frozen/summary.json"]),
+    ("docs/accuracy/README.md", ["docs/accuracy/summary.json"]),
+    ("docs/accuracy/pipelined/README.md", ["docs/accuracy/pipelined/summary.json"]),
+])
+def test_the_docs_show_the_summaries_figures(doc, summaries):
+    """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
+    text = (ROOT / doc).read_text()
+    for summary in summaries:
+        assert _table(summary) in text, f"{doc}: the table of {summary} is not the one the summary gives"
+
+
+def test_the_breakdowns_in_the_docs_are_the_reports():
+    text = (ROOT / "docs/accuracy/README.md").read_text()
+    assert _table("--breakdowns", "docs/accuracy/report.json") in text
