@@ -412,10 +412,11 @@ def test_cli_from_raw(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = {line.split()[1]: line.split()[3:6:2] for line in r.stdout.splitlines() if line.startswith("│")}
     sim, ab = (json.loads(out.read_text())["summary"][k] for k in ("simulator", "alpha-beta"))
-    assert rows["top1"] == [f"{sim['top1']:.3f}", f"{ab['top1']:.3f}"] and rows["cases"] == ["6", "6"]
-    assert rows["top10"] == ["-", "-"] and len(rows) == 21  # one row a metric
-    assert json.loads(summary.read_text())["cases"] == 6
-    assert json.loads(out.read_text())["summary"]["simulator"]["cases"] == 6
+    assert rows["top1"] == [f"{sim['top1']:.3f}", f"{ab['top1']:.3f}"] and rows["cases"] == ["8", "8"]
+    assert rows["top1_strict"] == [f"{sim['top1_strict']:.3f}", f"{ab['top1_strict']:.3f}"]
+    assert rows["top10"] == ["-", "-"] and len(rows) == 23  # one row a metric
+    assert json.loads(summary.read_text())["cases"] == 8
+    assert json.loads(out.read_text())["summary"]["simulator"]["cases"] == 8
     assert png.exists() or not plotting
 
 
@@ -508,7 +509,8 @@ def test_merge_raw_puts_testbeds_side_by_side_and_refuses_repeated_names():
     merged = merge_raw([raw, other])
     assert [tb["testbed"]["name"] for tb in merged["testbeds"]] == [raw["testbeds"][0]["testbed"]["name"], "again"]
     assert merged["suite"] == raw["suite"] and len(merged["suites"]) == 2
-    assert build_report(merged)["summary"]["simulator"]["cases"] == 12
+    held = lambda doc: build_report(doc)["summary"]["simulator"]["cases"]
+    assert held(merged) == held(raw) + held(other) == 14  # each testbed's combos split by their own hash
     with pytest.raises(SystemExit):
         merge_raw([raw, raw])
 
@@ -607,11 +609,13 @@ def test_the_report_predicts_a_pipelined_program_as_the_solver_does_and_breaks_e
 
 
 def _a_case(pl, req, programs, measured):
+    from p2synth.runtime.stats import Interval
     from scripts.accuracy.cases import Case
 
     return Case(testbed="t", combo=1, fit=False, placement=pl, request=req, axes_key="", request_key="", nbytes=1 << 20,
                 programs=programs, lengths=[len(p.steps) for p in programs], measured=measured, default_index=0,
-                transposes=[0] * len(programs), intervals=[Interval(m, m, m, 0.96, 9) for m in measured], spreads=[0.0] * len(programs))
+                transposes=[0] * len(programs), intervals=[Interval(m, m, m, 0.96, 9) for m in measured], spreads=[0.0] * len(programs),
+                rounds=[(m,) * 9 for m in measured])
 
 
 SMOKE_FIXTURE = ROOT / "tests" / "data" / "accuracy-raw-smoke.json"  # a trimmed smoke run of the new protocol
@@ -632,7 +636,7 @@ def test_report_of_the_model_independent_protocol_recomputed_by_hand():
         return xs[1], xs[7], statistics.median(xs)
 
     held = [c for c in report["cases"] if not c["fit"]]
-    assert len(held) == 6 and report["summary"]["simulator"]["cases"] == 6
+    assert len(held) == report["summary"]["simulator"]["cases"] >= 4
     ties_, hits1, hits10, spreads = 0, [], [], []
     for case in held:
         combo = next(c for c in raw["testbeds"][0]["combos"] if c["index"] == case["combo"])
@@ -640,7 +644,8 @@ def test_report_of_the_model_independent_protocol_recomputed_by_hand():
         ivs = [interval(r["repeats_s"]) for r in rs]
         assert [p["measured_s"] for p in case["programs"]] == [m for _, _, m in ivs]
         best = min(range(len(ivs)), key=lambda i: ivs[i][2])
-        right = {i for i, (lo, hi, _) in enumerate(ivs) if lo <= ivs[best][1] and ivs[best][0] <= hi}
+        # the fastest, and every program the paired signed-rank test does not separate from it at 5%
+        right = {i for i in range(len(rs)) if i == best or _signed_rank_p(rs[i]["repeats_s"], rs[best]["repeats_s"]) > 0.05}
         assert set(case["right"]) == right
         ties_ += len(right) > 1
         order = sorted(range(len(rs)), key=lambda i: (case["programs"][i]["simulator_s"], case["programs"][i]["steps"], i))
@@ -649,10 +654,10 @@ def test_report_of_the_model_independent_protocol_recomputed_by_hand():
             hits10.append(bool(right & set(order[:10])))
         spreads += [(max(r["repeats_s"]) - min(r["repeats_s"])) / statistics.median(r["repeats_s"]) for r in rs]
     s = report["summary"]["simulator"]
-    assert s["ties"] == ties_ and s["top1"] == sum(hits1) / 6
-    assert s["cases_over_10_programs"] == len(hits10) == 2 and s["top10"] == sum(hits10) / 2
+    assert s["ties"] == ties_ and s["top1"] == sum(hits1) / len(held)
+    assert s["cases_over_10_programs"] == len(hits10) >= 1 and s["top10"] == sum(hits10) / len(hits10)
     assert s["noise_median"] == pytest.approx(statistics.median(spreads))
-    assert s["tuned_loss_5pct"] == 0.0  # the tuner keeps the default unless beaten beyond noise
+    assert s["tuned_loss_5pct"] == 0.0  # in sample: the tuner keeps the default unless the paired test says otherwise
 
 
 # ---- resuming a partial campaign ------------------------------------------------------------------------------
