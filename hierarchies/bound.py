@@ -18,12 +18,15 @@ A unit's members send over every level at or outside ``l`` the request spans
 (an outer level joins them to units of other parents), each device at
 ``e(l') = min(bandwidth, uplink / devices below l')``: the uplink shared by
 every device of the unit, the other groups' included, as both cost models
-share it. So the bandwidth term of level ``l`` is
-``need(l) / (G * sum of e(l') over those levels)``, times ``pipelined(l)`` (at
-most 1: the cost models' pipeline formula lets a program whose traffic on those
-levels falls in several windows of ``P`` steps go below the cut; see
-:func:`pipelined_factor`). The bound is the latency floor plus the largest
-bandwidth term.
+share it. So the cut of level ``l`` is
+``need(l) / (G * sum of e(l') over those levels)``. Every program carries its
+largest cut, pipelined ones included (``solver.cost.level_floor``); a
+sequential program also pays the latency floor on top. A pipelined program's
+fill, drain and periods pay the latency floor plus ``pipelined(l)`` times the
+cut (at most 1: its periods count the traffic of ``P`` consecutive steps; see
+:func:`pipelined_factor`), but its level floor has no latency in it. So the
+bound is the larger of the latency floor plus the largest ``pipelined(l)`` x
+cut, and the largest cut: at large messages the cut itself.
 """
 
 from __future__ import annotations
@@ -42,19 +45,19 @@ TOUCHES = {Collective.ALL_REDUCE: 2, Collective.REDUCE: 2}
 
 @dataclass(frozen=True)
 class LevelBound:
-    """The bandwidth term of one level the request spans."""
+    """The cut of one level the request spans."""
 
     level: int
     units: int            # u: level-l units one group spans
     members: int          # G: members of one group inside one unit
     need_bytes: float     # what one unit must send out
     rate: float           # bytes/s one unit's members send at, over the levels at or outside l the request spans
-    pipelined: float      # the factor for pipelined programs (<= 1)
+    pipelined: float      # the share of the cut a pipelined program's fill and periods pay besides the latency (<= 1)
 
     @property
     def seconds(self) -> float:
-        """``need / rate * pipelined``."""
-        return self.need_bytes / self.rate * self.pipelined
+        """The cut: ``need / rate``."""
+        return self.need_bytes / self.rate
 
 
 @dataclass(frozen=True)
@@ -66,17 +69,19 @@ class Bound:
 
     @property
     def bandwidth_s(self) -> float:
-        """The largest level term (0 for a request with no cell)."""
+        """The largest cut (0 for a request with no cell)."""
         return max((lv.seconds for lv in self.levels), default=0.0)
 
     @property
     def seconds(self) -> float:
-        """The bound: latency floor plus the largest bandwidth term."""
-        return self.latency_s + self.bandwidth_s
+        """The bound: the latency floor plus the largest cut share a pipelined program's periods must pay, or the
+        largest cut, whichever is more (the latency floor plus the largest cut for every sequential program)."""
+        shared = max((lv.seconds * lv.pipelined for lv in self.levels), default=0.0)
+        return max(self.latency_s + shared, self.bandwidth_s)
 
     @property
     def binding(self) -> int | None:
-        """The level whose bandwidth term is the largest (None for a request with no cell)."""
+        """The level whose cut is the largest (None for a request with no cell)."""
         return max(self.levels, key=lambda lv: lv.seconds).level if self.levels else None
 
 
@@ -100,8 +105,8 @@ def need_bytes(collective: Collective, units: int, members: int, message_bytes: 
 
 
 def pipelined_factor(collective: Collective, cells_out: int, cells: int) -> float:
-    """The least fraction of the cut a pipelined program's predicted time must pay, given the request's cells at or
-    outside the level (`cells_out`) and in all (`cells`).
+    """The least fraction of the cut a pipelined program's fill, drain and periods must pay on top of its latencies,
+    given the request's cells at or outside the level (`cells_out`) and in all (`cells`).
 
     ``T(P) = sum of stages + (P - 1) period``, the period at least the traffic
     of any ``P`` consecutive steps. The steps carrying the cut's traffic are at

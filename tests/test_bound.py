@@ -17,6 +17,7 @@ from p2synth.hierarchies.abstract import enumerate_programs
 from p2synth.hierarchies.bound import lower_bound, pipelined_factor
 from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.program import Program, Step, to_program
+from p2synth.solver import cost
 from p2synth.solver.models import CostModelKind, program_cost
 from tests import strategies
 
@@ -42,17 +43,17 @@ def test_cpu_2x4_all_reduce_by_hand():
 
     node: u = 2 units of G = 4 cores; a core's share of the 1 GB/s uplink is 0.25 GB/s (< its 1 GB/s link);
           need 2 (1 - 1/2) M = M per node, at 4 x 0.25 GB/s = 1 GB/s: 16777216 / 1e9 = 16.777216 ms.
-    core: u = 8, G = 1; rate 0.25 + 8 = 8.25 GB/s (the core's own link plus its node share), need 2 (7/8) M;
-          two cells at or outside the level, each touched twice: pipelined factor 2/3 (P = 3, c = 2):
-          1.75 x 16777216 / 8.25e9 x 2/3 = 2.3726 ms.
-    latency floor: 20 + 1 us. Bound: 16.777216 ms + 21 us = 16.798216 ms.
+    core: u = 8, G = 1; rate 0.25 + 8 = 8.25 GB/s (the core's own link plus its node share), need 2 (7/8) M:
+          cut 1.75 x 16777216 / 8.25e9 = 3.5589 ms; two cells at or outside the level, each touched twice:
+          pipelined factor 2/3 (P = 3, c = 2) on the latency floor's side.
+    latency floor: 20 + 1 us. Bound: max(21 us + 16.777216 ms, 16.777216 ms) = 16.798216 ms.
     """
     b = _bound(CPU_2X4, Collective.ALL_REDUCE, 16 * MiB)
     node, core = b.levels
     assert (node.units, node.members, core.units, core.members) == (2, 4, 8, 1)
     assert node.seconds == pytest.approx(16777216 / 1e9, rel=1e-12)
     assert core.pipelined == pytest.approx(2 / 3)
-    assert core.seconds == pytest.approx(1.75 * 16777216 / 8.25e9 * 2 / 3, rel=1e-12)
+    assert core.seconds == pytest.approx(1.75 * 16777216 / 8.25e9, rel=1e-12)
     assert b.latency_s == pytest.approx(21e-6)
     assert b.seconds == pytest.approx(16777216 / 1e9 + 21e-6, rel=1e-12)
     assert b.binding == 0
@@ -88,9 +89,12 @@ def test_three_levels_and_open_mpi_latency():
 
     node:   u = 4, G = 16, a core's uplink share 12.5/16 GB/s: 2 (3/4) M / 12.5 GB/s = 8.053 ms.
     socket: u = 8, G = 8, share 20/8 = 2.5 GB/s, plus the node share 0.78125: rate 8 x 3.28125 = 26.25 GB/s;
-            need 2 (7/8) M, factor 3/5 (two cells out of three, each touched twice: n_l = 4, n = 6; P = 5 needs
-            c = 2 windows: 1/5 + 4/(5 x 2)): 1.75 M / 26.25e9 x 3/5 = 2.684 ms.
+            need 2 (7/8) M: cut 1.75 M / 26.25e9 = 4.474 ms; factor 3/5 (two cells out of three, each touched
+            twice: n_l = 4, n = 6; P = 5 needs c = 2 windows: 1/5 + 4/(5 x 2)) beside the latency floor.
+    core:   u = 64, G = 1: rate 10 + 2.5 + 0.78125 = 13.28125 GB/s (its own link and its socket and node shares),
+            need 2 (63/64) M: cut 9.948 ms, the largest: each core's link carries its part of every inner step.
     latency: 2 + 0.5 + 0.3 us; under Open MPI (coll/han charges no latency inside a host) only the node's 2 us.
+    Bound: max(2.8 us + 8.053 ms (the node; the inner cuts' factors are 3/5), 9.948 ms) = 9.948 ms.
     """
     levels = (Level(name="node", count=4, bandwidth_GBps=12.5, uplink_GBps=12.5, latency_us=2.0),
               Level(name="socket", count=2, bandwidth_GBps=10, uplink_GBps=20, latency_us=0.5),
@@ -101,10 +105,11 @@ def test_three_levels_and_open_mpi_latency():
     assert node.seconds == pytest.approx(1.5 * M / 12.5e9, rel=1e-12)
     assert socket.rate == pytest.approx(8 * (2.5e9 + 12.5e9 / 16), rel=1e-12)
     assert socket.pipelined == pytest.approx(3 / 5)
-    assert socket.seconds == pytest.approx(1.75 * M / 26.25e9 * 3 / 5, rel=1e-12)
+    assert socket.seconds == pytest.approx(1.75 * M / 26.25e9, rel=1e-12)
     assert b.latency_s == pytest.approx(2.8e-6)
     assert _bound(_placement(*levels, library=CollectiveLibrary.OPEN_MPI), Collective.ALL_REDUCE, M).latency_s == 2e-6
-    assert b.seconds == pytest.approx(1.5 * M / 12.5e9 + 2.8e-6, rel=1e-12)
+    assert core.pipelined == pytest.approx(3 / 5) and core.rate == pytest.approx(13.28125e9, rel=1e-12)
+    assert b.seconds == pytest.approx(2 * 63 / 64 * M / 13.28125e9, rel=1e-12) and b.binding == 2
 
 
 @pytest.mark.parametrize("uplink", [None, 100.0])
@@ -189,10 +194,11 @@ def cheapest_over_bound(case, bound_of=lambda p, r, n: lower_bound(p, r, n).seco
 
 
 def _two_cells_on_one_level() -> tuple:
-    """All_reduce over two axes of 2 placed on one level of 4 devices (1 GB/s), 1 GB: ``RS(a) -> RS(b) -> AG(b) ->
-    AG(a)`` on 2 pieces moves the cut's 1.5 GB per device but is predicted 1.125 s: its first and last steps, which
-    carry two thirds of it, never share a window of two steps, so the cost models' pipeline formula counts them
-    once. Without the pipelined factor (here 2/3) the bound, 1.5 s, is above it."""
+    """All_reduce over two axes of 2 placed on one level of 4 devices (1 GB/s, 1 us), 1 GB: ``RS(a) -> RS(b) ->
+    AG(b) -> AG(a)`` on 2 pieces moves the cut's 1.5 GB per device. Its first and last steps, which carry two thirds
+    of it, never share a window of two steps: its fill and periods come to 1.125 s, and the level floor (1.5 s, no
+    latency) sets its time. So the bound cannot add the 1 us latency floor to the whole cut (the pipelined factor,
+    here 2/3, on that side); without the level floor the program would be predicted below the cut."""
     h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=1.0, latency_us=1.0),))
     p = Placement(h, (Axis(name="a", size=2), Axis(name="b", size=2)), ((2,), (2,)))
     return p, Request(frozenset({0, 1})), 1e9, True
@@ -210,8 +216,9 @@ def test_no_program_is_predicted_below_the_bound(case):
 
 def test_a_wrong_bound_fails_the_property():
     """Mutations the property test must catch: the bound doubled; an uplink shared by every device of the machine
-    instead of the unit's (the sharing miscounted); no pipelined factor (the property's explicit example). Leaving the
-    sharing out (each device its own link) only lowers the bound, which stays valid."""
+    instead of the unit's (the sharing miscounted); no pipelined factor, or the cost models without their level floor
+    (both on the property's explicit example). Leaving the sharing out (each device its own link) only lowers the
+    bound, which stays valid."""
     wrong = settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     doubled = lambda p, r, n: 2 * lower_bound(p, r, n).seconds
     find(cases(), lambda c: cheapest_over_bound(c, doubled, stop=1) < 1, settings=wrong)
@@ -220,5 +227,8 @@ def test_a_wrong_bound_fails_the_property():
         return link.bandwidth if link.uplink is None else min(link.bandwidth, link.uplink / h.num_devices)
     with mock.patch.object(bound, "effective_rate", machine_wide):
         find(cases(), lambda c: cheapest_over_bound(c, stop=1) < 1, settings=wrong)
-    with mock.patch.object(bound, "pipelined_factor", lambda *a: 1.0):
-        assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(0.75, rel=1e-4)  # the property's @example
+    assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(1.0, rel=1e-12)  # the level floor: the cut
+    with mock.patch.object(bound, "pipelined_factor", lambda *a: 1.0):  # latency floor + the whole cut: 1 us over
+        assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(1.5 / (1.5 + 1e-6), rel=1e-12)
+    with mock.patch.object(cost, "level_floor", lambda *a: 0.0):  # the pipeline formula alone: 0.75 of the cut
+        assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(0.75, rel=1e-4)
