@@ -31,6 +31,7 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
+from p2synth.hierarchies.bound import lower_bound
 from p2synth.hierarchies.cli import enum_argument, sizes_argument
 from p2synth.hierarchies.layout import plan_layout
 from p2synth.runtime.backends import Backend, BackendKind
@@ -246,6 +247,7 @@ def sweep(job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory = 
                     time_s=timing.time_s, time_mean_s=timing.mean_s, repeats_s=timing.repeats_s,
                     collective=collective, group_size=group.size, default_time_s=default_time, wrong=wrong,
                     wrong_timed=wrong_timed, transposes=compiled.transposes,
+                    bound_s=lower_bound(sel.placement, sel.request, count * ITEMSIZE).seconds,
                 )
                 results.append(result)
                 runner.show(table_row(result, width))
@@ -314,6 +316,7 @@ def _preamble(job: Job, backend: Backend, world: MPI.Intracomm, group_size: int)
     return lines + [
         "# check: one run on tagged uint64 data, compared exactly; timed runs: float32 (all ones, output checked)",
         f"# warmup {cfg.warmup}, iters {cfg.iters}, repeats {cfg.repeats}: time = median over repeats of the max over ranks",
+        f"# of bound: time / the lower bound at that size on {job.hierarchy_name}'s link figures (docs/model.md, \"Lower bound\")",
     ]
 
 

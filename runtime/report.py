@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import Enum
 
+from p2synth.hierarchies.bound import of_bound_text
 from p2synth.hierarchies.program import Collective
 
 
@@ -47,6 +48,12 @@ class Result:
     wrong: int  # mismatches of the check run (tagged uint64 data), summed over ranks
     wrong_timed: int  # mismatches in the timed runs' float32 output, summed over ranks
     transposes: int
+    bound_s: float | None = None  # the lower bound at these bytes on the plan's hierarchy (hierarchies/bound.py)
+
+    @property
+    def of_bound(self) -> float | None:
+        """Measured time over the bound (1.00x would reach it); None without a bound."""
+        return self.time_s / self.bound_s if self.bound_s else None
 
     @property
     def label(self) -> str:
@@ -64,16 +71,18 @@ def make_result(
     *, placement: int, is_default: bool, position: int | None, nbytes: int, count: int, program: dict, text: str,
     predicted_s: float | None, time_s: float, time_mean_s: float, repeats_s: tuple[float, ...],
     collective: Collective, group_size: int, default_time_s: float, wrong: int, wrong_timed: int, transposes: int,
+    bound_s: float | None = None,
 ) -> Result:
-    """A Result with algbw, busbw and the speedup over the default filled in."""
+    """A Result with algbw, busbw and the speedup over the default filled in (`bound_s`: the lower bound at these bytes)."""
     algbw = nbytes / time_s / 1e9
     return Result(
         placement, is_default, position, nbytes, count, program, text, predicted_s, time_s, time_mean_s, repeats_s,
         algbw, algbw * bus_factor(collective, group_size), default_time_s / time_s, wrong, wrong_timed, transposes,
+        bound_s,
     )
 
 
-COLUMNS = ("size(B)", "count(elts)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "speedup", "#wrong")
+COLUMNS = ("size(B)", "count(elts)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "speedup", "of bound", "#wrong")
 
 
 def table_header(label_width: int) -> str:
@@ -85,7 +94,8 @@ def table_row(result: Result, label_width: int) -> str:
     """One table line for `result`."""
     return (
         f"{result.bytes:>12} {result.count:>12}  {result.label:<{label_width}} {result.time_s * 1e6:>11.1f} "
-        f"{result.algbw_GBps:>11.3f} {result.busbw_GBps:>11.3f} {result.speedup:>11.2f} {result.wrong + result.wrong_timed:>11}"
+        f"{result.algbw_GBps:>11.3f} {result.busbw_GBps:>11.3f} {result.speedup:>11.2f} {of_bound_text(result.of_bound):>11} "
+        f"{result.wrong + result.wrong_timed:>11}"
     )
 
 

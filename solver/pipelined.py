@@ -53,6 +53,15 @@ def traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_le
     return floor.max(axis=0, initial=0.0)
 
 
+def finished_cost(g: float, period: float, carried: np.ndarray, pieces: int) -> float:
+    """A whole program's cost on `pieces` pieces from what the search carries: its sum of stages `g`, its period, and
+    its traffic per level on one piece (`carried`); ``solver.cost.pipelined_seconds`` bit for bit (the level floor
+    included, :func:`solver.cost.level_floor`)."""
+    seconds = g + (pieces - 1) * period
+    floor = float(carried.max(initial=0.0)) * pieces
+    return float(floor if floor > seconds else seconds)
+
+
 @dataclass(frozen=True)
 class WholeTraffic:
     """Each step's per-level traffic on the whole buffer, per row of :func:`solver.costtogo.successors_by_state`
@@ -169,7 +178,9 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     stages so far, the cheapest completion (`h`), and ``pieces - 1`` periods of
     at least the period so far and each
     level's traffic so far plus its least traffic to come (`t`) spread over the
-    windows of `pieces` steps a program needs (:func:`windows`). Returns, per table, the partial programs it
+    windows of `pieces` steps a program needs (:func:`windows`); and at least
+    ``pieces`` times each level's traffic so far plus its least to come (the
+    level floor of ``solver.cost.pipelined_seconds``). Returns, per table, the partial programs it
     expanded (step indices into the state space's steps): with the final bound,
     the certificate ``solver.pipelined_certificate.check_pipelined`` checks; and the
     programs it found with their costs on that many pieces.
@@ -180,7 +191,8 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     for k, tab in enumerate(tables):
         K, space = tab.h.shape[0] - 1, tab.costs.space
         spread = 1.0 / windows(K, tab.pieces)
-        start = float(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0))
+        start = float(max(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0),
+                          tab.pieces * tab.t[K][:, space.start].max(initial=0.0)))
         # a node: depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
         heap.append((start, next(tie), k, (0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()), None, 0))
         out.append(([], {}))
@@ -204,7 +216,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         expanded.append(prog)
         if depth >= 2 and space.goal[state]:
             raw = tuple((space.steps[j].op, space.steps[j].mask) for j in prog)
-            found[raw] = g + (pieces - 1) * period
+            found[raw] = finished_cost(g, period, carried, pieces)
             candidates.offer(raw, pieces, found[raw])
         if depth == K:
             continue
@@ -217,7 +229,8 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         child_carried = carried[:, None] + load
         r = K - depth - 1
         period_floor = traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces)
-        lower = g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor)
+        lower = np.maximum(g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor),
+                           pieces * (child_carried + tab.t[r][:, target]).max(axis=0, initial=0.0))
         within = np.flatnonzero(lower <= candidates.bound())
         if within.size:
             order = within[np.argsort(lower[within], kind="stable")]

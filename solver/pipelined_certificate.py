@@ -23,7 +23,7 @@ from p2synth.hierarchies.program import RawProgram
 from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_traffic, check_traffic_table
 from p2synth.solver.cost import PY, pipelined_seconds
 from p2synth.solver.costtogo import PieceTraffic, Successors, one_table, successors_by_state
-from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, traffic_floor, windows
+from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, traffic_floor, windows
 from p2synth.solver.stepcosts import EdgeCosts
 
 
@@ -112,7 +112,9 @@ def check_pipelined(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
     level's traffic so far plus `t`, over the windows of `pieces` steps a
     program needs (the tables checked here; a program's traffic on a level
     spreads over at most ``ceil(K / pieces)`` windows, so some window carries
-    that fraction of it). Every program inside the tree is either in `found` at its
+    that fraction of it); and at least ``pieces`` times each level's traffic so
+    far plus `t` (the level floor of ``solver.cost.pipelined_seconds``: a
+    level carries every piece of every step). Every program inside the tree is either in `found` at its
     exact cost (recomputed here with ``solver.cost.pipelined_seconds``) or
     costs at least `threshold`. CertificateError otherwise.
     """
@@ -134,7 +136,8 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
     if any(q[:-1] not in tree for q in tree if q) or (tree and () not in tree):
         raise CertificateError("the expanded tree does not hold every prefix of its nodes")
     if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
-        root = h[K][space.start] + (pieces - 1) * float((t[K][:, space.start] * spread).max(initial=0.0))
+        root = max(h[K][space.start] + (pieces - 1) * float((t[K][:, space.start] * spread).max(initial=0.0)),
+                   pieces * float(t[K][:, space.start].max(initial=0.0)))
         if not root >= floor:
             raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
         return
@@ -147,15 +150,18 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
             break
         if d >= 2:
             for i in np.flatnonzero(space.goal[node.state]).tolist():
-                _program_in_tree(costs, rows, node.nodes[i], node.stages[i], float(node.g[i] + (pieces - 1) * node.period[i]),
+                _program_in_tree(costs, rows, node.nodes[i], node.stages[i],
+                                 finished_cost(node.g[i], node.period[i], node.carried[:, i], pieces),
                                  pieces, found, floor, threshold)
         if d == K:
             break
         kids = by_depth.get(d + 1, [])
         child = node.children(rows, len(space.steps))
         r = K - d - 1
-        floor_period = traffic_floor(node.carried[:, child.parent] + child.load, t[r][:, child.target], d + 1, r, K, pieces)
-        lower = node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period)
+        carried = node.carried[:, child.parent] + child.load
+        floor_period = traffic_floor(carried, t[r][:, child.target], d + 1, r, K, pieces)
+        lower = np.maximum(node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period),
+                           pieces * (carried + t[r][:, child.target]).max(axis=0, initial=0.0))
         index = {q: i for i, q in enumerate(node.nodes)}
         keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)
         pos = np.searchsorted(child.key, keys)

@@ -37,6 +37,11 @@ class RequestResult:
         return self.named.count * self.best_s
 
     @property
+    def step_bound_s(self) -> float:
+        """The lower bound per training step (count x bound)."""
+        return self.named.count * self.solution.bound_s
+
+    @property
     def default_step_s(self) -> float:
         """Predicted time per training step with the default collective."""
         return self.named.count * self.solution.default.cost_s
@@ -53,6 +58,11 @@ class PlacementResult:
     def total_s(self) -> float:
         """Predicted communication time of one training step with the best programs."""
         return math.fsum(r.step_s for r in self.requests)
+
+    @property
+    def bound_total_s(self) -> float:
+        """The lower bound of one training step: the sum over requests of count x bound."""
+        return math.fsum(r.step_bound_s for r in self.requests)
 
     @property
     def default_total_s(self) -> float:

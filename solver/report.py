@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from p2synth.hierarchies.bound import of_bound_text
 from p2synth.solver.planner import SweepResult
 from p2synth.solver.spec import Problem
 
@@ -44,7 +45,7 @@ def render_single(console: Console, problem: Problem, plan: SweepResult, max_ste
     table = Table(title=title, title_justify="left")
     for col, kw in [("#", {"justify": "right"}), ("placement", {}), ("default", {"justify": "right"}),
                     ("best program", {}), ("best", {"justify": "right"}), ("speedup", {"justify": "right"}),
-                    ("programs", {"justify": "right"}), ("optimal", {})]:
+                    ("of bound", {"justify": "right"}), ("programs", {"justify": "right"}), ("optimal", {})]:
         table.add_column(col, **kw)
     for i, s in enumerate(solutions):
         best = s.best
@@ -55,6 +56,7 @@ def render_single(console: Console, problem: Problem, plan: SweepResult, max_ste
             best.program.text(s.placement) if best else "-",
             fmt_time(best.cost_s) if best else "-",
             f"{s.speedup:.2f}x",
+            of_bound_text(s.of_bound),
             "-" if s.program_count is None else f"{s.program_count:,}",
             "proved" if s.optimal else ("timeout" if s.timed_out else "no"),
         ]))
@@ -74,13 +76,15 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
     table.add_column("placement")
     for named in problem.requests:
         table.add_column(f"{named.name}\n{named.count} x {fmt_bytes(named.message_bytes)}", justify="right")
-    for col in ("total", "all defaults", "speedup", "optimal"):
+    for col in ("total", "all defaults", "speedup", "bound", "of bound", "optimal"):
         table.add_column(col, justify="right")
     for i, p in enumerate(plan.placements[:rows]):
         cells = [str(i), f"{matrix_text(p.placement.matrix)}\n{p.placement.describe()}"]
         cells += [fmt_time(r.step_s) for r in p.requests]
         speedup = p.default_total_s / p.total_s if p.total_s > 0 else 1.0
-        cells += [fmt_time(p.total_s), fmt_time(p.default_total_s), f"{speedup:.2f}x", _proof(p.optimal, not p.optimal)]
+        bound = p.bound_total_s
+        cells += [fmt_time(p.total_s), fmt_time(p.default_total_s), f"{speedup:.2f}x", fmt_time(bound),
+                  of_bound_text(p.total_s / bound if bound > 0 else None), _proof(p.optimal, not p.optimal)]
         table.add_row(*map(Text, cells))
     console.print(table)
     if len(plan.placements) > rows:
@@ -88,7 +92,7 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
     if plan.placements:
         best = plan.placements[0]
         detail = Table(title="placement 0: best program of each request", title_justify="left")
-        for col in ("request", "collective", "best program", "time", "default", "programs"):
+        for col in ("request", "collective", "best program", "time", "default", "bound", "of bound", "programs"):
             detail.add_column(col)
         for r in best.requests:
             sol = r.solution
@@ -96,7 +100,7 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
             detail.add_row(*map(Text, [
                 r.named.name, f"{r.named.request.collective.value}({axes})",
                 sol.best.program.text(best.placement) if sol.best else "-",
-                fmt_time(r.best_s), fmt_time(sol.default.cost_s),
+                fmt_time(r.best_s), fmt_time(sol.default.cost_s), fmt_time(sol.bound_s), of_bound_text(sol.of_bound),
                 "-" if sol.program_count is None else f"{sol.program_count:,}",
             ]))
         console.print(detail)

@@ -29,6 +29,7 @@ def solution_json(s: Solution) -> dict:
         "timed_out": s.timed_out,
         "default": ranked_json(s.default, s, with_verified=False),
         "speedup": s.speedup,
+        "bound_s": s.bound_s,
         "programs": [ranked_json(r, s) for r in s.programs],
     }
 
@@ -51,7 +52,7 @@ def request_json(r: RequestResult) -> dict:
     """One request of a workload on one placement."""
     out = {"name": r.named.name, "request": _request_spec(r.named.request, r.solution.placement),
            "message_bytes": r.named.message_bytes, "count": r.named.count,
-           "best_s": r.best_s, "step_s": r.step_s, "default_step_s": r.default_step_s}
+           "best_s": r.best_s, "step_s": r.step_s, "default_step_s": r.default_step_s, "step_bound_s": r.step_bound_s}
     body = solution_json(r.solution)
     del body["matrix"], body["description"]
     return {**out, **body}
@@ -94,7 +95,7 @@ def result_json(problem: Problem, plan: SweepResult, max_steps: int, proof: str 
     out["workload"] = workload_json(problem)
     out["placements"] = [
         {"matrix": [list(r) for r in p.placement.matrix], "description": p.placement.describe(),
-         "total_s": p.total_s, "default_total_s": p.default_total_s, "optimal": p.optimal,
+         "total_s": p.total_s, "default_total_s": p.default_total_s, "bound_total_s": p.bound_total_s, "optimal": p.optimal,
          "requests": [request_json(r) for r in p.requests]}
         for p in plan.placements
     ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from p2synth.hierarchies.abstract import count_programs
+from p2synth.hierarchies.bound import lower_bound
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Program, RawProgram, Request, default_program, to_program, to_raw
 from p2synth.hierarchies.statespace import state_space, statuses
@@ -103,6 +104,17 @@ class Solution:
         if best is None or best.cost_s <= 0:
             return 1.0
         return self.default.cost_s / best.cost_s
+
+    @property
+    def bound_s(self) -> float:
+        """The lower bound no program's predicted time goes below (hierarchies/bound.py; docs/model.md, "Lower bound")."""
+        return lower_bound(self.placement, self.request, self.message_bytes).seconds
+
+    @property
+    def of_bound(self) -> float | None:
+        """The best program's predicted time over the bound (None without a program or a bound)."""
+        best = self.best
+        return best.cost_s / self.bound_s if best is not None and self.bound_s > 0 else None
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ piece counts, to show why pipelining does not pay there). Rows are the
 hierarchy's levels, outermost on top; a step is drawn on every level its group
 spans. Pipelined pieces follow the cost model's schedule: piece ``p`` starts
 ``p`` periods after the first, and within a piece the steps run back to back,
-so the picture's length is the predicted time.
+so the picture's length is the predicted time (where the busiest level's whole traffic
+outlasts the periods, the pieces are spaced evenly over it).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +49,9 @@ def bars(placement: Placement, named: NamedRequest, program: Program, pieces: in
     period = 0.0
     if pieces > 1:
         _, traffic = program_stages(models(pieces), request.collective, len(cells), raw)
-        period = float(pipeline_period(PY, stages, traffic, pieces))
+        # the level floor (solver.cost.level_floor) may stretch the run past the periods: the pieces then start
+        # evenly over the extra time, so the picture stays as long as the prediction
+        period = max(float(pipeline_period(PY, stages, traffic, pieces)), (total - math.fsum(stages)) / (pieces - 1))
     out = []
     for p in range(pieces):
         t = p * period

@@ -79,6 +79,10 @@ def test_pipelining_lists_each_program_once_at_its_cheapest_piece_count(tmp_path
     best = pl["programs"][0]
     assert best["pipeline"] > 1 and len(best["steps"]) > 1 and best["cost_s"] < pl["default"]["cost_s"]
     assert f"x{best['pipeline']} pieces" in r.stdout
+    # the lower bound: the node's 4 GPUs push 2 (1 - 1/2) GiB at 10 GB/s each, plus one latency per level (10 + 1 us)
+    assert pl["bound_s"] == pytest.approx(2 * 0.5 * (1 << 30) / 40e9 + 11e-6, rel=1e-12)
+    assert all(p["cost_s"] >= pl["bound_s"] for p in pl["programs"])
+    assert "of bound" in r.stdout and f"{best['cost_s'] / pl['bound_s']:.2f}x" in r.stdout
 
 
 def test_top_all_lists_exactly_49_verified_programs(tmp_path):

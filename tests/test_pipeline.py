@@ -14,7 +14,7 @@ from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.statespace import state_space
 from p2synth.solver import certificate, pipelined_certificate, search
 from p2synth.solver.certificate import CertificateError
-from p2synth.solver.cost import PY, AlphaBeta, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
+from p2synth.solver.cost import PY, AlphaBeta, level_floor, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
 from p2synth.solver.models import CostModelKind, cost_model
 from p2synth.solver.pipelined import (bracketed_tables, cheapest_pipelined, cheapest_pipelined_all, pipeline_tables,
@@ -46,6 +46,35 @@ def test_pipelined_time_of_hand_made_stages():
     # with 2 pieces only neighbours overlap: steps 0 and 2 never share the gpu links
     assert pipeline_period(PY, stages, [[0.0, 3.0], [3.9, 0.0], [0.0, 1.5]], 2) == 4.0
     assert pipelined_seconds(PY, stages, traffic, 1) == 7.0
+
+
+def test_a_pipeline_never_ends_before_its_busiest_level_carries_everything():
+    """Four steps of 1 s, each keeping one level busy 1 s per piece, on 2 pieces: windows of 2 steps give a period of
+    2 s, so fill and periods come to 4 + 2 = 6 s, yet the level carries 2 x 4 s: the level floor sets 8 s. With 4
+    pieces one window holds every step and the periods are above it already (4 + 3 x 4 = 16 > 16 - 0)."""
+    stages, traffic = [1.0] * 4, [[1.0]] * 4
+    assert pipeline_period(PY, stages, traffic, 2) == 2.0
+    assert level_floor(PY, traffic, 2) == 8.0 and pipelined_seconds(PY, stages, traffic, 2) == 8.0
+    assert pipelined_seconds(PY, stages, traffic, 4) == 4.0 + 3 * 4.0 >= level_floor(PY, traffic, 4)
+
+
+def test_the_search_and_its_certificate_price_the_level_floor_as_the_model_does():
+    """Two axes of 2 on one level of 4 devices: on 2 pieces the four-step programs are priced by their level floor
+    (their windows miss traffic). The search's top 10 over 1, 2 and 4 pieces is the brute force's, bit for bit, and
+    its certificate holds (solve checks it)."""
+    from p2synth.hierarchies.abstract import enumerate_programs
+
+    h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=1.0, latency_us=1.0),))
+    p = Placement(h, (Axis(name="a", size=2), Axis(name="b", size=2)), ((2,), (2,)))
+    req = Request(frozenset({0, 1}))
+    models = lambda k: cost_model(p, req, 1e9, CostModelKind.ALPHA_BETA, k)
+    costs = sorted(min(raw_program_cost(models, AR, 2, raw, k)[0] for k in (1, 2, 4) if k == 1 or len(raw) > 1)
+                   for raw in enumerate_programs(AR, 2, 4))
+    sol = solve(p, req, 1e9, 4, top=10, pieces=(1, 2, 4))
+    assert sol.optimal and [r.cost_s for r in sol.programs] == costs[:10]
+    four = ((RS, 0b01), (RS, 0b10), (AG, 0b10), (AG, 0b01))
+    cost, _ = raw_program_cost(models, AR, 2, four, 2)
+    assert cost == pytest.approx(1.5, rel=1e-12)  # the cut: 1.5 GB per device at 1 GB/s, where the windows said 1.125
 
 
 def test_a_hierarchical_all_reduce_on_4_pieces_by_hand():

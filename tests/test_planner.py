@@ -79,12 +79,14 @@ def test_workload_cli_writes_per_request_results(tmp_path):
     result = json.loads(out.read_text())
     assert [w["name"] for w in result["workload"]] == ["grads", "tp"]
     first = result["placements"][0]
-    assert {"matrix", "total_s", "default_total_s", "optimal", "requests"} <= set(first)
+    assert {"matrix", "total_s", "default_total_s", "bound_total_s", "optimal", "requests"} <= set(first)
     assert [q["name"] for q in first["requests"]] == ["grads", "tp"]
     q = first["requests"][1]
     assert q["request"] == {"axes": ["tensor"], "collective": "all_reduce"} and q["count"] == 50
     assert math.isclose(q["step_s"], 50 * q["programs"][0]["cost_s"])
-    assert "grads" in r.stdout and "all defaults" in r.stdout
+    assert math.isclose(q["step_bound_s"], 50 * q["bound_s"]) and 0 < q["bound_s"] <= q["best_s"]
+    assert math.isclose(first["bound_total_s"], sum(x["step_bound_s"] for x in first["requests"]))
+    assert "grads" in r.stdout and "all defaults" in r.stdout and "of bound" in r.stdout
 
 
 @pytest.mark.parametrize("example", ["gpt-3d-on-dgx-a100", "gpt-3d-on-64-dgx-a100", "zero-dp-on-dgx-h100", "moe-on-dgx-h100"])

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from p2synth.hierarchies.bound import lower_bound
 from p2synth.hierarchies.cli import quote
 
 from p2synth.hierarchies import Collective, Program, default_program
@@ -142,6 +143,9 @@ def test_cli_table_and_json(tmp_path):
         assert r["time_s"] > 0 and len(r["repeats_s"]) == 3
         assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * 7 / 8)
+        assert r["bound_s"] == lower_bound(placement, request, r["bytes"]).seconds
+        assert f"{r['time_s'] / r['bound_s']:.2f}x" in job.stdout
+    assert "of bound" in job.stdout
     assert [r["bytes"] for r in doc["results"]] == [4096] * 5 + [8192] * 5
     assert not any(r["is_default"] for r in doc["results"][1:5])
 
