@@ -31,7 +31,7 @@ def test_each_default_record_is_predicted_and_the_median_printed(tmp_path, capsy
     assert out.splitlines()[-1] == "median measured / predicted: 2.00 over 1 calls"
 
 
-@pytest.mark.parametrize("testbed,median", [("4x2-1gbit", "0.77"), ("2x2x2-1gbit-400mbit", "0.96"), ("4x2-200mbit", "0.95")])
+@pytest.mark.parametrize("testbed,median", [("4x2-1gbit", "0.85"), ("2x2x2-1gbit-400mbit", "0.96"), ("4x2-200mbit", "0.95")])
 def test_the_recorded_testbed_runs_give_the_medians_docs_simulator_reports(testbed, median, capsys):
     """docs/simulator.md: the han runs (docs/measurements/han/) on the campaign's fitted hierarchies, 8 calls each."""
     hierarchy, run = ROOT / f"docs/accuracy/hierarchies/{testbed}.json", ROOT / f"docs/measurements/han/{testbed}.txt"
