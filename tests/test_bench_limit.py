@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,37 @@ def test_from_raw_prints_both_tables_and_writes_markdown(tmp_path):
 def test_bad_usage_is_one_line_and_exit_2(args, needle):
     r = run(*args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_measure_solves_tunes_and_records_each_case_then_brings_the_testbed_down(monkeypatch, tmp_path):
+    """The measuring path end to end with stand-ins for the testbed and the tuner (the solver runs for real)."""
+    from scripts import bench_limit
+    from scripts.accuracy import measure as accuracy_measure
+
+    calls = []
+
+    def testbed(*args, timeout=None, check=True, instance=None):
+        calls.append((args[0], instance))
+        if args[0] == "up":
+            Path(args[args.index("--hierarchy-out") + 1]).write_text(json.dumps(NOMINAL))
+        elif "scripts.calibrate" in args:
+            Path(args[args.index("--out") + 1]).write_text(json.dumps(FITTED))
+        elif "runtime.tune" in args:
+            doc = json.loads(Path(args[args.index("runtime.tune") + 1]).read_text())
+            body = doc["placements"][0]
+            for i, e in enumerate([body["default"], *body["programs"]]):
+                e.update(figures(1.0 + i / 10))
+            Path(args[args.index("--out") + 1]).write_text(json.dumps(doc))
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(accuracy_measure, "testbed", testbed)
+    out = tmp_path / "raw.json"
+    args = bench_limit.parse_args(["--out", str(out), "--testbeds", "4x2-1gbit", "--collectives", "all_to_all",
+                                   "--sizes", "16M", "--workdir", str(tmp_path)])
+    raw = bench_limit.measure(args, log=lambda s: None)
+    assert json.loads(out.read_text()) == raw and "finished" in raw
+    (case,) = raw["testbeds"][0]["cases"]
+    assert case["collective"] == "all_to_all" and case["iters"] == 3 and "error" not in case
+    assert case["programs"][0]["default"] and case["programs"][0]["text"] == "A2A(data@node,data@core)"
+    assert set(case["bound_s"]) == {"configured", "calibrated", "calibrated_duplex"}
+    assert [c for c, _ in calls] == ["down", "up", "run", "run", "down"] and {i for _, i in calls} == {"lim"}
