@@ -107,8 +107,8 @@ def test_from_raw_prints_both_tables_and_writes_markdown(tmp_path):
     ok, failed, node, core = table
     assert ok[:5] == ["4x2-1gbit", "all_reduce(data)", "64M", "RS(data@core) -> AR(data@node) -> AG(data@core)",
                       "1600.0 [1568.0, 1648.0]"]
-    assert ok[5:] == ["2500.0", "1000.0", "805.3", "1398.1", "1.99x", "1.14x", "1.79x"]
-    assert failed[3] == "failed: tune exit 1: rank 3 crashed" and failed[4:] == ["-"] * 8
+    assert ok[5:] == ["2500.0", "1000.0", "805.3", "838.9", "1398.1", "1.99x", "1.14x", "1.79x"]
+    assert failed[3] == "failed: tune exit 1: rank 3 crashed" and failed[4:] == ["-"] * 9
     assert node == ["4x2-1gbit", "node", "0.125", "0.12", "0.12", "0.6", "40", "0.960"]
     assert core == ["4x2-1gbit", "core", "10 (guess)", "4", "-", "-", "3", "-"]
 
