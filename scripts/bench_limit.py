@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -87,11 +88,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--large-from", type=size_argument, default=64 * MiB, help="(default 64M)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per program before the rounds (default 1)")
     p.add_argument("--calibrate-bytes", type=size_argument, default=16 * MiB, help="calibration's largest message (default 16M)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set in the jobs' environment, e.g. OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 (repeatable; recorded)")
     p.add_argument("--instance", default="lim", help="the testbed instance (default lim), apart from any other testbed")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-limit"), help="specs, plans, tuned plans, hierarchies")
     args = p.parse_args(argv)
     if (args.out is None) == (args.from_raw is None):
         raise UsageError("give --out (to measure) or --from-raw (to print a measured table), not both")
+    bad = [e for e in args.env if "=" not in e or not e.split("=", 1)[0]]
+    if bad:
+        raise UsageError(f"--env {bad[0]!r}: expected NAME=VALUE")
+    args.env = dict(e.split("=", 1) for e in args.env)
     if args.top < 1 or args.repeats < 2 or args.iters < 1 or args.large_iters < 1 or args.warmup < 0:
         raise UsageError("--top and --iters/--large-iters must be at least 1, --repeats at least 2, --warmup at least 0")
     return args
@@ -152,12 +159,18 @@ def best_of(case: dict) -> dict | None:
     return min(exact, key=lambda p: p["measured_s"]) if exact else None
 
 
+def label(tb: dict) -> str:
+    """A raw testbed entry's name in the tables, with the environment it was measured under (``OMPI_MCA_`` left out)."""
+    env = tb.get("env") or {}
+    return " ".join([tb["testbed"]["name"], *(f"{k.removeprefix('OMPI_MCA_')}={v}" for k, v in env.items())])
+
+
 def rows(raw: dict) -> list[dict]:
     """One row per measured case: the best program and the default against the bounds (failed cases: ``error``)."""
     out = []
     for tb in raw["testbeds"]:
         for case in tb.get("cases", []):
-            row = {"testbed": tb["testbed"]["name"], "collective": case["collective"], "bytes": case["message_bytes"]}
+            row = {"testbed": label(tb), "collective": case["collective"], "bytes": case["message_bytes"]}
             best = best_of(case)
             if best is None:
                 out.append({**row, "error": case.get("error", "no exact program")})
@@ -217,7 +230,7 @@ def rate_cells(raw: dict) -> list[tuple[str, ...]]:
             configured = n.uplink_GBps if n.uplink_GBps is not None else n.bandwidth_GBps
             rate = f.uplink_GBps if f.uplink_GBps is not None else f.bandwidth_GBps
             shaped = n.uplink_GBps is not None
-            out.append((tb["testbed"]["name"], n.name, f"{configured:.4g}" + ("" if shaped else " (guess)"), f"{f.bandwidth_GBps:.4g}",
+            out.append((label(tb), n.name, f"{configured:.4g}" + ("" if shaped else " (guess)"), f"{f.bandwidth_GBps:.4g}",
                         "-" if f.uplink_GBps is None else f"{f.uplink_GBps:.4g}",
                         "-" if f.duplex_efficiency is None else f"{f.duplex_efficiency:.3g}", f"{f.latency_us:.3g}",
                         f"{rate / configured:.3f}" if shaped else "-"))
@@ -274,14 +287,15 @@ def measure(args: argparse.Namespace, log) -> dict:
     from scripts.accuracy.measure import testbed, up_and_calibrate
 
     args.workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(args.env)  # every job (calibration, tuning) inherits it through scripts.testbed run
     raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv,
            "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()
                         if k in ("collectives", "sizes", "top", "repeats", "iters", "large_iters", "large_from", "warmup",
-                                 "calibrate_bytes")},
+                                 "calibrate_bytes", "env")},
            "testbeds": []}
     for name in args.testbeds:
         tb = TESTBEDS[name]
-        entry: dict = {"testbed": tb.__dict__, "cases": []}
+        entry: dict = {"testbed": tb.__dict__, "env": args.env, "cases": []}
         raw["testbeds"].append(entry)
         testbed("down", check=False, instance=args.instance)
         try:

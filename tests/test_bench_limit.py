@@ -115,7 +115,8 @@ def test_from_raw_prints_both_tables_and_writes_markdown(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [([], "give --out (to measure) or --from-raw"),
                                          (["--from-raw", "/nonexistent.json"], "cannot read raw measurements"),
-                                         (["--out", "x.json", "--testbeds", "9x9"], "unknown testbed")])
+                                         (["--out", "x.json", "--testbeds", "9x9"], "unknown testbed"),
+                                         (["--out", "x.json", "--env", "NOVALUE"], "expected NAME=VALUE")])
 def test_bad_usage_is_one_line_and_exit_2(args, needle):
     r = run(*args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr and "Traceback" not in r.stderr
@@ -153,3 +154,12 @@ def test_measure_solves_tunes_and_records_each_case_then_brings_the_testbed_down
     assert case["programs"][0]["default"] and case["programs"][0]["text"] == "A2A(data@node,data@core)"
     assert set(case["bound_s"]) == {"configured", "calibrated", "calibrated_duplex"}
     assert [c for c, _ in calls] == ["down", "up", "run", "run", "down"] and {i for _, i in calls} == {"lim"}
+    assert raw["testbeds"][0]["env"] == {} and rows(raw)[0]["testbed"] == "4x2-1gbit"
+
+
+def test_env_settings_are_recorded_and_named_in_the_table():
+    from scripts.bench_limit import label, parse_args
+
+    assert parse_args(["--out", "x", "--env", "OMPI_MCA_a=1", "--env", "B=x=y"]).env == {"OMPI_MCA_a": "1", "B": "x=y"}
+    assert label({"testbed": {"name": "4x2-1gbit"}, "env": {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "1"}}) == \
+        "4x2-1gbit coll_libnbc_iallreduce_algorithm=1"
