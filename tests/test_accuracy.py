@@ -668,7 +668,7 @@ def _fake_testbed(monkeypatch, measured: list, fail: set = frozenset()):
 
     runs = []
 
-    def testbed(*args, timeout=None, check=True):
+    def testbed(*args, timeout=None, check=True, instance=None):
         if args[0] == "up":
             nodes, ranks = int(args[args.index("--nodes") + 1]), int(args[args.index("--ranks-per-node") + 1])
             levels = [{"name": "node", "count": nodes, "bandwidth_GBps": 0.1}, {"name": "core", "count": ranks}]
@@ -685,7 +685,7 @@ def _fake_testbed(monkeypatch, measured: list, fail: set = frozenset()):
         out = {"index": index, "results": [{"program": "p", "measured_s": 1.0}]}
         return {**out, "error": "exit 1"} if index in fail else out
 
-    monkeypatch.setattr(measure, "_testbed", testbed)
+    monkeypatch.setattr(measure, "testbed", testbed)
     monkeypatch.setattr(measure, "_measure_combo", combo)
 
 

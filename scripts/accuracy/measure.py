@@ -45,15 +45,17 @@ MODEL_CODE = ("solver", "hierarchies", "encodings", "scripts/accuracy/fit.py", "
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _env() -> dict:
+def _env(instance: str | None = None) -> dict:
     env = dict(os.environ)
-    env["P2S_TESTBED_INSTANCE"] = env.get("P2S_ACCURACY_INSTANCE", INSTANCE)
+    env["P2S_TESTBED_INSTANCE"] = instance or env.get("P2S_ACCURACY_INSTANCE", INSTANCE)
     return env
 
 
-def _testbed(*args: str, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def testbed(*args: str, timeout: float | None = None, check: bool = True, instance: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m scripts.testbed ARGS`` on testbed `instance` (default: the accuracy runs' own, ``acc`` or
+    ``P2S_ACCURACY_INSTANCE``); RuntimeError with its output's tail when it fails and `check`."""
     cmd = [sys.executable, "-m", "scripts.testbed", *args]
-    r = subprocess.run(cmd, check=False, env=_env(), capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd, check=False, env=_env(instance), capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return r
@@ -130,30 +132,15 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
     run's calibration is recorded under ``resumed`` beside the combos it
     measured, so the two calibrations can be compared.
     """
-    nominal = workdir / f"{tb.name}.json"
-    fitted = workdir / f"{tb.name}-fitted.json"
-    up = ["up", "--nodes", str(tb.nodes), "--ranks-per-node", str(tb.ranks_per_node), "--inter-node", tb.inter_node,
-          "--hierarchy-out", str(nominal)]
-    if tb.racks > 1:
-        up += ["--racks", str(tb.racks), "--inter-rack", str(tb.inter_rack)]
-    _testbed("down", check=False)
+    testbed("down", check=False)
     entry: dict = json.loads(json.dumps(earlier)) if earlier else {"testbed": tb.__dict__, "combos": []}
     entry["combos"] = [c for c in entry["combos"] if "error" not in c]
     done = {c["index"] for c in entry["combos"]}
     raw["testbeds"].append(entry)  # visible in partial writes
     try:
-        _testbed(*up, timeout=120)
-        log(f"[{tb.name}] up; calibrating")
         # calibrate up to 4x the largest size measured here (at least 4 MiB), at most the suite's bound
         cal_bytes = min(suite.calibrate_max_bytes, max(4 << 20, 4 * max(suite.sizes_of(tb))))
-        _testbed("run", "--timeout", "900", "--", "python", "-m", "scripts.calibrate", "--hierarchy", str(nominal),
-                 "--out", str(fitted), "--max-bytes", str(cal_bytes), timeout=930)
-        h = Hierarchy.model_validate_json(fitted.read_text())
-        cal_raw = fitted.with_suffix(".calibration.json")
-        record = {"hierarchy": h.model_dump(mode="json", exclude_none=True), "nominal": json.loads(nominal.read_text())}
-        if cal_raw.exists():
-            record["calibration"] = _calibration_summary(json.loads(cal_raw.read_text()))
-        log(f"[{tb.name}] fitted: {h.model_dump_json(exclude_none=True)}")
+        h, record = up_and_calibrate(tb, workdir, cal_bytes, log)
         if earlier:
             run = {**record, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "combos": []}
             entry.setdefault("resumed", []).append(run)
@@ -179,11 +166,36 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
                     _write(raw, raw_path)
         entry["combos"].sort(key=lambda c: c["index"])
     finally:
-        _testbed("down", check=False)
+        testbed("down", check=False)
     return entry
 
 
-def _calibration_summary(cal: dict) -> dict:
+def up_and_calibrate(tb: Testbed, workdir: Path, cal_bytes: int, log=print, instance: str | None = None) -> tuple[Hierarchy, dict]:
+    """Bring testbed `tb` up (instance `instance`) and calibrate it with messages up to `cal_bytes`: the fitted
+    hierarchy, and its raw record (``hierarchy``, the ``nominal`` one ``up`` wrote, the ``calibration`` summary).
+
+    The nominal and fitted hierarchies stay in `workdir` (``NAME.json``, ``NAME-fitted.json``); the caller brings
+    the testbed down, also when this raises."""
+    nominal = workdir / f"{tb.name}.json"
+    fitted = workdir / f"{tb.name}-fitted.json"
+    up = ["up", "--nodes", str(tb.nodes), "--ranks-per-node", str(tb.ranks_per_node), "--inter-node", tb.inter_node,
+          "--hierarchy-out", str(nominal)]
+    if tb.racks > 1:
+        up += ["--racks", str(tb.racks), "--inter-rack", str(tb.inter_rack)]
+    testbed(*up, timeout=120, instance=instance)
+    log(f"[{tb.name}] up; calibrating")
+    testbed("run", "--timeout", "900", "--", "python", "-m", "scripts.calibrate", "--hierarchy", str(nominal),
+            "--out", str(fitted), "--max-bytes", str(cal_bytes), timeout=930, instance=instance)
+    h = Hierarchy.model_validate_json(fitted.read_text())
+    cal_raw = fitted.with_suffix(".calibration.json")
+    record = {"hierarchy": h.model_dump(mode="json", exclude_none=True), "nominal": json.loads(nominal.read_text())}
+    if cal_raw.exists():
+        record["calibration"] = calibration_summary(json.loads(cal_raw.read_text()))
+    log(f"[{tb.name}] fitted: {h.model_dump_json(exclude_none=True)}")
+    return h, record
+
+
+def calibration_summary(cal: dict) -> dict:
     """The calibration sidecar without its per-sample lists (kept small)."""
     def strip(x):
         if isinstance(x, dict):
@@ -278,9 +290,9 @@ def _measure_combo(suite, tb, workdir, h, pl, req, names, col, index, log) -> di
         plan_path.write_text(json.dumps(plan))
         tuned_path = workdir / f"tuned-{tag}-{part}.json"
         tuned_path.unlink(missing_ok=True)
-        r = _testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.tune", str(plan_path), "--out", str(tuned_path),
+        r = testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.tune", str(plan_path), "--out", str(tuned_path),
                      "--top", str(len(measured)), "--no-refit", "--warmup", str(suite.warmup), "--iters", str(iters),
-                     "--repeats", str(suite.repeats), timeout=3060, check=False)
+                    "--repeats", str(suite.repeats), timeout=3060, check=False)
         if r.returncode != 0 or not tuned_path.exists():
             combo["error"] = f"exit {r.returncode}: " + (r.stdout[-1500:] + r.stderr[-1500:])
             log(f"[{tb.name}] combo {index} {pl.describe()} {col}({','.join(names)}): FAILED exit {r.returncode}")

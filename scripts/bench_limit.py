@@ -1,0 +1,352 @@
+"""The best measured program against the lower bound at the configured and at the calibrated line rates (issue 24).
+
+    sudo env PATH="$PATH" python -m scripts.bench_limit --out limit.raw.json --markdown limit.md
+    python -m scripts.bench_limit --from-raw docs/measurements/limit/limit.raw.json      # the table again, no testbed
+
+Measuring, per testbed (``--testbeds``: 4 nodes x 2 ranks on 1 Gbit/s links,
+and 2 racks x 2 nodes x 2 ranks with 400 Mbit/s between racks), on its own
+testbed instance (``--instance``, default ``lim``): bring it up, calibrate it
+(``scripts/calibrate.py``), then for every case (collective x size, over one
+axis ``data`` of all the ranks) solve the request with the calibrated
+hierarchy and the simulator cost model (``solver.run --top K``), and measure
+the default and the top K programs with ``runtime.tune`` (each checked exactly,
+then timed in interleaved rounds: median and 95% interval). The testbed goes
+down in a ``finally``. The raw JSON is written after every case.
+
+Per case it records every measured program (measured and predicted times) and
+three bounds (``hierarchies/bound.py``, docs/model.md "Lower bound") on the
+request's placement:
+
+* ``configured``: on the hierarchy ``testbed up`` writes, the shaped rates
+  (``tc tbf``) as the links' line rates;
+* ``calibrated``: on the calibrated hierarchy, as the solver prints it;
+* ``calibrated_duplex``: the same with each level's rates times its measured
+  ``duplex_efficiency`` (:func:`duplex_hierarchy`): the table's "calibrated"
+  figure, what the links deliver with data both ways at once.
+
+The table: per case the best measured program (smallest median), its median
+and interval, the default's median, the simulator's prediction of the best,
+the three bounds, and the best (and the default) over the configured and the
+calibrated (duplex) bound. A second
+table lists each testbed's configured and calibrated level figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from p2synth.hierarchies.bound import lower_bound
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.plan_file import PlanFileError, parse_plan_file
+from p2synth.hierarchies.program import Program
+from scripts.accuracy.suite import Testbed
+from scripts.bench_alltoall import size_text
+from scripts.tables import console, markdown, table
+
+MiB = 1 << 20
+TESTBEDS = {tb.name: tb for tb in (Testbed("4x2-1gbit", nodes=4, ranks_per_node=2, inter_node="1gbit"),
+                                    Testbed("2x2x2-1gbit-400mbit", nodes=4, ranks_per_node=2, inter_node="1gbit",
+                                            racks=2, inter_rack="400mbit"))}
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+SIZES = (16 * MiB, 64 * MiB)
+BOUNDS = ("configured", "calibrated", "calibrated_duplex")
+
+
+def _names(known: tuple[str, ...], what: str):
+    def convert(text: str) -> tuple[str, ...]:
+        names = tuple(n for n in text.split(",") if n)
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0] if unknown else text!r} (choose from {', '.join(known)})")
+        return names
+    return convert
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; UsageError on a bad one."""
+    p = ArgumentParser(prog="python -m scripts.bench_limit", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, help="measure (root, testbed) and write the raw JSON here, after every case")
+    p.add_argument("--from-raw", type=Path, nargs="+", help="print the tables from these raw files (their testbeds in order), no testbed")
+    p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
+    p.add_argument("--testbeds", type=_names(tuple(TESTBEDS), "testbed"), default=tuple(TESTBEDS),
+                   help=f"comma-separated, of {', '.join(TESTBEDS)} (default both)")
+    p.add_argument("--collectives", type=_names(COLLECTIVES, "collective"), default=COLLECTIVES, help="comma-separated (default the four)")
+    p.add_argument("--sizes", type=lambda t: tuple(size_argument(s) for s in t.split(",")), default=SIZES, help="comma-separated (default 16M,64M)")
+    p.add_argument("--top", type=int, default=5, help="the solver's best K programs measured beside the default (default 5)")
+    p.add_argument("--repeats", type=int, default=9, help="interleaved rounds per program (default 9)")
+    p.add_argument("--iters", type=int, default=3, help="timed runs per round below --large-from (default 3)")
+    p.add_argument("--large-iters", type=int, default=1, help="timed runs per round from --large-from on (default 1)")
+    p.add_argument("--large-from", type=size_argument, default=64 * MiB, help="(default 64M)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per program before the rounds (default 1)")
+    p.add_argument("--calibrate-bytes", type=size_argument, default=16 * MiB, help="calibration's largest message (default 16M)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set in the jobs' environment, e.g. OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 (repeatable; recorded)")
+    p.add_argument("--instance", default="lim", help="the testbed instance (default lim), apart from any other testbed")
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-limit"), help="specs, plans, tuned plans, hierarchies")
+    args = p.parse_args(argv)
+    if (args.out is None) == (args.from_raw is None):
+        raise UsageError("give --out (to measure) or --from-raw (to print a measured table), not both")
+    bad = [e for e in args.env if "=" not in e or not e.split("=", 1)[0]]
+    if bad:
+        raise UsageError(f"--env {bad[0]!r}: expected NAME=VALUE")
+    args.env = dict(e.split("=", 1) for e in args.env)
+    if args.top < 1 or args.repeats < 2 or args.iters < 1 or args.large_iters < 1 or args.warmup < 0:
+        raise UsageError("--top and --iters/--large-iters must be at least 1, --repeats at least 2, --warmup at least 0")
+    return args
+
+
+# ---- bounds and records (pure) --------------------------------------------------------------------------------
+def duplex_hierarchy(h: Hierarchy) -> Hierarchy:
+    """`h` with every level that has a ``duplex_efficiency`` ``e`` running its bandwidth and uplink at
+    ``max(e, 1/2)`` of them (and no duplex figure left): the rates each direction keeps while data crosses the level
+    both ways at once.
+
+    Each collective measured here moves as many bytes into a unit as out of it, so a schedule either overlaps the
+    two directions (each at ``e`` of the rate) or runs them one after the other (the whole rate, twice the time);
+    the better of the two is ``max(e, 1/2)`` of the one-way rate for both directions' bytes together.
+    """
+    levels = []
+    for lv in h.levels:
+        if lv.duplex_efficiency is None:
+            levels.append(lv)
+            continue
+        k = max(lv.duplex_efficiency, 0.5)
+        levels.append(lv.model_copy(update={
+            "bandwidth_GBps": None if lv.bandwidth_GBps is None else lv.bandwidth_GBps * k,
+            "uplink_GBps": None if lv.uplink_GBps is None else lv.uplink_GBps * k, "duplex_efficiency": None}))
+    return Hierarchy.model_validate_json(h.model_copy(update={"name": f"{h.name}-duplex", "levels": tuple(levels)}).model_dump_json())
+
+
+def bounds(plan: dict, nominal: Hierarchy, fitted: Hierarchy) -> dict[str, float]:
+    """The request's :data:`BOUNDS` in seconds on the plan's first placement, at the plan's message size."""
+    parsed = parse_plan_file(plan)
+    placed = parsed.placement(0).placement
+    request, nbytes = parsed.requests[0].request, parsed.requests[0].message_bytes
+    on = {"configured": nominal, "calibrated": fitted, "calibrated_duplex": duplex_hierarchy(fitted)}
+    return {name: lower_bound(Placement(h, placed.axes, placed.matrix), request, nbytes).seconds for name, h in on.items()}
+
+
+def measured_programs(tuned: dict) -> list[dict]:
+    """The measured programs of a tuned single-request plan (its first placement): the default first, each program
+    once, with its text, predicted cost and measured figures."""
+    parsed = parse_plan_file(tuned)
+    placement = parsed.placement(0).placement
+    body = tuned["placements"][0]
+    key = lambda e: (json.dumps(e["steps"]), e.get("pipeline", 1))  # noqa: E731
+    seen, out = set(), []
+    for is_default, e in [(True, body["default"])] + [(False, e) for e in body["programs"] if "measured_s" in e]:
+        if key(e) in seen:
+            continue
+        seen.add(key(e))
+        out.append({"text": Program.from_json(e, placement).text(placement), "steps": e["steps"], "pipeline": e.get("pipeline", 1),
+                    "default": is_default, "predicted_s": e.get("cost_s"), "measured_s": e["measured_s"],
+                    "ci_s": e["measured_ci_s"], "repeats_s": e["measured_repeats_s"], "wrong": e["wrong"]})
+    return out
+
+
+def best_of(case: dict) -> dict | None:
+    """The case's measured program with the smallest median among the exact ones (None if there is none)."""
+    exact = [p for p in case.get("programs", []) if p["wrong"] == 0]
+    return min(exact, key=lambda p: p["measured_s"]) if exact else None
+
+
+def label(tb: dict) -> str:
+    """A raw testbed entry's name in the tables, with the environment it was measured under (``OMPI_MCA_`` left out)."""
+    env = tb.get("env") or {}
+    return " ".join([tb["testbed"]["name"], *(f"{k.removeprefix('OMPI_MCA_')}={v}" for k, v in env.items())])
+
+
+def rows(raw: dict) -> list[dict]:
+    """One row per measured case: the best program and the default against the bounds (failed cases: ``error``)."""
+    out = []
+    for tb in raw["testbeds"]:
+        for case in tb.get("cases", []):
+            row = {"testbed": label(tb), "collective": case["collective"], "bytes": case["message_bytes"]}
+            best = best_of(case)
+            if best is None:
+                out.append({**row, "error": case.get("error", "no exact program")})
+                continue
+            default = next(p for p in case["programs"] if p["default"])
+            b = case["bound_s"]
+            out.append({**row, "program": best["text"], "pick_is_default": best["default"], "best_s": best["measured_s"],
+                        "best_ci_s": best["ci_s"], "default_s": default["measured_s"], "predicted_s": best["predicted_s"],
+                        **{f"bound_{k}_s": b[k] for k in BOUNDS},
+                        "of_configured": best["measured_s"] / b["configured"],
+                        "of_calibrated": best["measured_s"] / b["calibrated_duplex"],
+                        "default_of_calibrated": default["measured_s"] / b["calibrated_duplex"]})
+    return out
+
+
+COLUMNS = ("testbed", "request", "size", "best measured program", "best ms [95%]", "default ms", "predicted ms",
+           "bound configured ms", "bound calibrated one-way ms", "bound calibrated ms", "best / configured",
+           "best / calibrated", "default / calibrated")
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.1f}"
+
+
+def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
+    """The rows' cells under :data:`COLUMNS` (milliseconds; ratios as ``1.23x``): "calibrated" is the bound with the
+    duplex efficiency, "calibrated one-way" the one without (as the solver prints it)."""
+    out = []
+    for r in rows_:
+        head = (r["testbed"], f"{r['collective']}(data)", size_text(r["bytes"]))
+        if "error" in r:
+            out.append((*head, f"failed: {r['error'].splitlines()[0][:60]}", *("-",) * (len(COLUMNS) - 4)))
+            continue
+        lo, hi = r["best_ci_s"]
+        out.append((*head, ("default " if r["pick_is_default"] else "") + r["program"],
+                    f"{_ms(r['best_s'])} [{_ms(lo)}, {_ms(hi)}]", _ms(r["default_s"]), _ms(r["predicted_s"]),
+                    _ms(r["bound_configured_s"]), _ms(r["bound_calibrated_s"]), _ms(r["bound_calibrated_duplex_s"]),
+                    f"{r['of_configured']:.2f}x",
+                    f"{r['of_calibrated']:.2f}x", f"{r['default_of_calibrated']:.2f}x"))
+    return out
+
+
+RATE_COLUMNS = ("testbed", "level", "configured GB/s", "calibrated GB/s", "calibrated uplink GB/s", "duplex efficiency",
+                "calibrated latency us", "calibrated / configured")
+
+
+def rate_cells(raw: dict) -> list[tuple[str, ...]]:
+    """Per testbed and level with two or more children: the configured and the calibrated figures."""
+    out = []
+    for tb in raw["testbeds"]:
+        if "hierarchy" not in tb:
+            continue
+        nominal, fitted = Hierarchy.model_validate(tb["nominal"]), Hierarchy.model_validate(tb["hierarchy"])
+        for n, f in zip(nominal.levels, fitted.levels):
+            if n.count < 2:
+                continue
+            configured = n.uplink_GBps if n.uplink_GBps is not None else n.bandwidth_GBps
+            rate = f.uplink_GBps if f.uplink_GBps is not None else f.bandwidth_GBps
+            shaped = n.uplink_GBps is not None
+            out.append((label(tb), n.name, f"{configured:.4g}" + ("" if shaped else " (guess)"), f"{f.bandwidth_GBps:.4g}",
+                        "-" if f.uplink_GBps is None else f"{f.uplink_GBps:.4g}",
+                        "-" if f.duplex_efficiency is None else f"{f.duplex_efficiency:.3g}", f"{f.latency_us:.3g}",
+                        f"{rate / configured:.3f}" if shaped else "-"))
+    return out
+
+
+def merged(raws: list[dict]) -> dict:
+    """Several raw documents as one: their testbeds in order."""
+    return {"testbeds": [tb for raw in raws for tb in raw["testbeds"]]}
+
+
+# ---- measuring (root, testbed) --------------------------------------------------------------------------------
+def spec_for(h: Hierarchy, collective: str, nbytes: int) -> dict:
+    """The solver spec of one case: `collective` over one axis ``data`` of every device, simulator cost model."""
+    return {"hierarchy": h.model_dump(mode="json", exclude_none=True), "axes": [{"name": "data", "size": h.num_devices}],
+            "request": {"axes": ["data"], "collective": collective}, "message_bytes": nbytes, "cost_model": "simulator"}
+
+
+def measure_case(args: argparse.Namespace, tb: Testbed, nominal: Hierarchy, fitted: Hierarchy, collective: str,
+                 nbytes: int, log) -> dict:
+    """Solve, tune and record one case (``error`` set, with the output's tail, when solving or tuning failed)."""
+    from scripts.accuracy.measure import testbed
+
+    tag = f"{tb.name}-{collective}-{size_text(nbytes)}"
+    iters = args.large_iters if nbytes >= args.large_from else args.iters
+    case: dict = {"collective": collective, "message_bytes": nbytes, "iters": iters, "warmup": args.warmup,
+                  "repeats": args.repeats, "top": args.top}
+    t0 = time.monotonic()
+    spec, plan, tuned = (args.workdir / f"{kind}-{tag}.json" for kind in ("spec", "plan", "tuned"))
+    write_json_atomic(spec_for(fitted, collective, nbytes), spec)
+    r = subprocess.run([sys.executable, "-m", "solver.run", str(spec), "--out", str(plan), "--top", str(args.top),
+                        "--quiet", "--jobs", "1"], capture_output=True, text=True, timeout=900, check=False)
+    if r.returncode != 0:
+        return {**case, "error": f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
+    plan_doc = json.loads(plan.read_text())
+    case["program_count"] = plan_doc["placements"][0]["program_count"]
+    case["bound_s"] = bounds(plan_doc, nominal, fitted)
+    tuned.unlink(missing_ok=True)
+    r = testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.tune", str(plan), "--out", str(tuned),
+                "--top", str(args.top), "--placements", "1", "--no-refit", "--warmup", str(args.warmup), "--iters", str(iters),
+                "--repeats", str(args.repeats), timeout=3060, check=False, instance=args.instance)
+    if r.returncode != 0 or not tuned.exists():
+        return {**case, "error": f"tune exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
+    case["programs"] = measured_programs(json.loads(tuned.read_text()))
+    case["wall_s"] = round(time.monotonic() - t0, 1)
+    best = best_of(case)
+    log(f"[{tb.name}] {collective} {size_text(nbytes)}: best {best['text'] if best else '-'} "
+        f"{_ms(best and best['measured_s'])} ms, calibrated bound {_ms(case['bound_s']['calibrated_duplex'])} ms, {case['wall_s']} s")
+    return case
+
+
+def measure(args: argparse.Namespace, log) -> dict:
+    """Every testbed and case of the command line; the raw document (written to ``--out`` after every case)."""
+    from scripts.accuracy.measure import testbed, up_and_calibrate
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(args.env)  # every job (calibration, tuning) inherits it through scripts.testbed run
+    raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv,
+           "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()
+                        if k in ("collectives", "sizes", "top", "repeats", "iters", "large_iters", "large_from", "warmup",
+                                 "calibrate_bytes", "env")},
+           "testbeds": []}
+    for name in args.testbeds:
+        tb = TESTBEDS[name]
+        entry: dict = {"testbed": tb.__dict__, "env": args.env, "cases": []}
+        raw["testbeds"].append(entry)
+        testbed("down", check=False, instance=args.instance)
+        try:
+            fitted, record = up_and_calibrate(tb, args.workdir, args.calibrate_bytes, log, instance=args.instance)
+            entry.update(record)
+            nominal = Hierarchy.model_validate(record["nominal"])
+            write_json_atomic(raw, args.out)
+            for nbytes in args.sizes:
+                for collective in args.collectives:
+                    entry["cases"].append(measure_case(args, tb, nominal, fitted, collective, nbytes, log))
+                    write_json_atomic(raw, args.out)
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+            entry["error"] = one_line(e)[:2000]
+            log(f"[{name}] FAILED: {entry['error']}")
+        finally:
+            testbed("down", check=False, instance=args.instance)
+            write_json_atomic(raw, args.out)
+    raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_json_atomic(raw, args.out)
+    return raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure (root, testbed) or read raw measurements, then print the tables; 2 on bad usage."""
+    try:
+        args = parse_args(argv)
+        if args.from_raw is not None:
+            raws = []
+            for path in args.from_raw:
+                try:
+                    raws.append(json.loads(path.read_text()))
+                    rows(raws[-1])
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
+            raw = merged(raws)
+    except (UsageError, PlanFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.from_raw is None:
+        # a plain `kill` stops the campaign through the finally that brings the testbed down
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        raw = measure(args, lambda s: print(f"{time.strftime('%H:%M:%S')} {s}", file=sys.stderr, flush=True))
+    found = cells(rows(raw))
+    rates = rate_cells(raw)
+    out = console()
+    out.print(table(COLUMNS, found, title="best measured program against the lower bound", text_columns=4))
+    out.print(table(RATE_COLUMNS, rates, title="configured and calibrated level figures", text_columns=2))
+    if args.markdown is not None:
+        write_text_atomic(markdown(COLUMNS, found) + "\n\n" + markdown(RATE_COLUMNS, rates) + "\n", args.markdown)
+    return 0 if found else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
