@@ -315,7 +315,7 @@ def _validate(tuned_path: Path, suite: Suite, tb: Testbed, iters: int, combo: di
     """Re-measure a tuned combo plan's picks in a separate job (runtime.validate); its raw validation entries."""
     out_path = tuned_path.with_name(tuned_path.name.replace("tuned-", "validated-"))
     out_path.unlink(missing_ok=True)
-    r = _testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.validate", str(tuned_path), "--out", str(out_path),
+    r = testbed("run", "--timeout", "3000", "--", "python", "-m", "runtime.validate", str(tuned_path), "--out", str(out_path),
                  "--warmup", str(suite.warmup), "--iters", str(iters), "--repeats", str(suite.repeats), timeout=3060, check=False)
     if r.returncode != 0 or not out_path.exists():
         combo.setdefault("validation_errors", []).append(f"exit {r.returncode}: " + (r.stdout[-1500:] + r.stderr[-1500:]))
