@@ -102,6 +102,17 @@ def sizes_argument(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def count_argument(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type=`` for a whole number of at least `minimum`, with a one-line error naming the bound."""
+
+    def convert(text: str) -> int:
+        if not text.isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return int(text)
+
+    return convert
+
+
 def enum_argument(kind: type[Enum]) -> Callable[[str], Enum]:
     """An argparse ``type=`` for the values of the string enum `kind`, with argparse's one-line "invalid choice" error."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,12 @@ EXIT_WRONG = 1  # a result failed the exact check (or a rank crashed)
 EXIT_USAGE = 2  # bad arguments, bad plan, or backend unavailable
 EXIT_DETECTED = 3  # --inject: the fault struck and the check caught it in every run it struck
 EXIT_MISSED = 4  # --inject: the fault struck some run and the check did not see it
+
+
+def require_out_folder(out: Path) -> None:
+    """PlanFileError (one line) unless the folder an ``--out`` file goes to exists: checked before any work is done."""
+    if out.parent and not out.parent.is_dir():
+        raise PlanFileError(f"--out {out}: folder {out.parent} does not exist")
 
 
 def mpi_version() -> str:

@@ -77,9 +77,9 @@ def within_noise(a: Interval, b: Interval) -> bool:
     return not faster_beyond_noise(a, b) and not faster_beyond_noise(b, a)
 
 
-def fastest(intervals: Sequence[Interval]) -> int:
-    """Index of the smallest median (the first on equal medians)."""
-    return min(range(len(intervals)), key=lambda i: (intervals[i].median, i))
+def fastest(medians: Sequence[float]) -> int:
+    """Index of the smallest of `medians` (the first on equal ones): the measured-fastest program."""
+    return min(range(len(medians)), key=lambda i: (medians[i], i))
 
 
 def sign_test_p(wins: int, n: int) -> float:
@@ -108,7 +108,7 @@ def paired_faster(candidate: Sequence[float], default: Sequence[float], min_gain
 def pick(rounds: Sequence[Sequence[float]], default: int, min_gain: float = MIN_GAIN, level: float = LEVEL) -> int:
     """The tuner's choice among programs timed in the same interleaved rounds (`rounds[i]`: program i's time per
     round): the smallest median if it beats the default by `min_gain` under :func:`paired_faster`, else the default."""
-    best = min(range(len(rounds)), key=lambda i: (statistics.median(rounds[i]), i))
+    best = fastest([statistics.median(r) for r in rounds])
     return best if best != default and paired_faster(rounds[best], rounds[default], min_gain, level) else default
 
 

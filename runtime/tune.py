@@ -56,14 +56,15 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from p2synth.hierarchies.cli import enum_argument, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.cli import count_argument, enum_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.runtime.backends import BackendKind
 from p2synth.runtime.bench import Job, Runner, mismatches
 from p2synth.runtime.calibration import MiB, Bench, fitted_hierarchy, library_of, measure_level, message_sizes, significant
 from p2synth.runtime.data import element_count, index_bits, reduction_group, tagged_data, timed_expected, timed_input
 from p2synth.runtime.executor import Buffers
-from p2synth.runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded, start_job
+from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
+                                 run_guarded, start_job)
 from p2synth.runtime.layout import Role
 from p2synth.runtime.measure import Measured, interleaved
 from p2synth.runtime.plan import Selection, select
@@ -72,14 +73,6 @@ from p2synth.runtime.timing import TimingConfig
 
 REFIT_MAX_BYTES = 16 * MiB  # the refit's ping-pong stops here (or at the largest tuned size, if smaller)
 REFIT_MIN_BYTES = 64 * 1024  # ... and never below this (the bandwidth fit needs large messages)
-
-
-def _count(minimum: int):
-    def convert(text: str) -> int:
-        if not text.isdigit() or int(text) < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
-        return int(text)
-    return convert
 
 
 def _fraction(text: str) -> float:
@@ -97,11 +90,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = RankZeroParser(prog="python -m runtime.tune", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="the solver's result JSON (python -m solver.run ... --out plan.json)")
     p.add_argument("--out", type=Path, required=True, help="write the tuned plan here (rank 0)")
-    p.add_argument("--top", type=_count(0), default=5, help="the model's best K programs per request, measured with the default (default 5)")
-    p.add_argument("--placements", type=_count(1), default=None, help="tune the plan's first P placements (default all)")
-    p.add_argument("--warmup", type=_count(0), default=2, help="untimed runs per program before the repeats (default 2)")
-    p.add_argument("--iters", type=_count(1), default=5, help="timed runs per repeat (default 5)")
-    p.add_argument("--repeats", type=_count(2), default=9, help="interleaved repeats per program (default 9: the 95%% interval "
+    p.add_argument("--top", type=count_argument(0), default=5, help="the model's best K programs per request, measured with the default (default 5)")
+    p.add_argument("--placements", type=count_argument(1), default=None, help="tune the plan's first P placements (default all)")
+    p.add_argument("--warmup", type=count_argument(0), default=2, help="untimed runs per program before the repeats (default 2)")
+    p.add_argument("--iters", type=count_argument(1), default=5, help="timed runs per repeat (default 5)")
+    p.add_argument("--repeats", type=count_argument(2), default=9, help="interleaved repeats per program (default 9: the 95%% interval "
                    "is then the 2nd to 8th fastest; from 6 on an interval reaches 95%%)")
     p.add_argument("--min-gain", type=_fraction, default=MIN_GAIN, help="leave the default only for a program faster by "
                    "at least this fraction in the paired test (default 0.02)")
@@ -145,8 +138,7 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> tuple[PlanFile, l
     count = total if args.placements is None else args.placements
     if count > total:
         raise PlanFileError(f"--placements {count}: the plan has {total} placement(s)")
-    if args.out.parent and not args.out.parent.is_dir():
-        raise PlanFileError(f"--out {args.out}: folder {args.out.parent} does not exist")
+    require_out_folder(args.out)
     tasks = []
     for index in range(count):
         planned = plan.placement(index)
@@ -263,7 +255,8 @@ def refit(plan: PlanFile, world: MPI.Intracomm, largest: int):
     return fitted_hierarchy(h, results, f"{h.name}-tuned", library=library_of(MPI.Get_library_version()))
 
 
-def _figures(m: Measured, wrong: int) -> dict:
+def measured_figures(m: Measured, wrong: int) -> dict:
+    """A measured program's figures as tuned.json writes them."""
     return {"measured_s": significant(m.median_s, 6), "measured_ci_s": [significant(x, 6) for x in m.interval.to_json()],
             "measured_repeats_s": [significant(x, 6) for x in m.repeats_s], "wrong": wrong}
 
@@ -277,7 +270,7 @@ def tuned_document(plan: PlanFile, outcomes: list[Outcome], info: dict) -> dict:
         sel = o.task.selection
         entry = entries[sel.index]
         body = entry["requests"][plan.request_names().index(sel.request_name)] if plan.is_workload else entry
-        figures = [_figures(m, w) for m, w in zip(o.measured, o.wrong)]
+        figures = [measured_figures(m, w) for m, w in zip(o.measured, o.wrong)]
         body["default"].update(figures[0])
         planned = plan.placement(sel.index).request(sel.request_name if plan.is_workload else None).programs
         measured_positions = {}

@@ -41,15 +41,16 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from p2synth.hierarchies.cli import enum_argument, write_json_atomic
+from p2synth.hierarchies.cli import count_argument, enum_argument, write_json_atomic
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.runtime.backends import BackendKind
 from p2synth.runtime.data import element_count, index_bits, reduction_group
-from p2synth.runtime.job import EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, run_guarded, start_job
+from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
+                                 run_guarded, start_job)
 from p2synth.runtime.plan import select
 from p2synth.runtime.stats import MIN_GAIN, paired_faster
 from p2synth.runtime.timing import TimingConfig
-from p2synth.runtime.tune import Outcome, Task, _count, _figures, tune_request
+from p2synth.runtime.tune import Outcome, Task, measured_figures, tune_request
 
 LOSS = 1.05  # a pick more than 5% slower than the default is a loss
 
@@ -59,9 +60,9 @@ def parse_args(argv: list[str] | None):
     p = RankZeroParser(prog="python -m runtime.validate", description=__doc__.split("\n")[0])
     p.add_argument("plan", help="a tuned plan (python -m runtime.tune ... --out tuned.json)")
     p.add_argument("--out", type=Path, required=True, help="write the validated plan here (rank 0)")
-    p.add_argument("--warmup", type=_count(0), default=2, help="untimed runs per program before the repeats (default 2)")
-    p.add_argument("--iters", type=_count(1), default=None, help="timed runs per repeat (default: the tuning run's)")
-    p.add_argument("--repeats", type=_count(2), default=None, help="interleaved repeats per program (default: the tuning run's)")
+    p.add_argument("--warmup", type=count_argument(0), default=2, help="untimed runs per program before the repeats (default 2)")
+    p.add_argument("--iters", type=count_argument(1), default=None, help="timed runs per repeat (default: the tuning run's)")
+    p.add_argument("--repeats", type=count_argument(2), default=None, help="interleaved repeats per program (default: the tuning run's)")
     p.add_argument("--backend", type=enum_argument(BackendKind), default=BackendKind.NUMPY, metavar="{numpy,cupy}",
                    help="numpy over MPI (default) or cupy over NCCL")
     return p.parse_args(argv)
@@ -113,7 +114,7 @@ def verdict(outcome: Outcome, pick: int, min_gain: float) -> dict:
     sel = outcome.task.selection
     medians = [m.median_s for m in outcome.measured]
     roles = ["default"] + ["pick" if i == pick else "runner-up" for i in range(1, len(medians))]
-    programs = [{"role": role, "program": c.program.text(sel.placement), **_figures(m, w)}
+    programs = [{"role": role, "program": c.program.text(sel.placement), **measured_figures(m, w)}
                 for role, c, m, w in zip(roles, sel.candidates, outcome.measured, outcome.wrong)]
     ratio = medians[pick] / medians[0]
     return {"programs": programs, "pick_over_default": ratio, "loss_5pct": ratio > LOSS,
@@ -131,8 +132,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     def load():
         args = parse_args(argv)
         plan = load_plan_file(args.plan)
-        if args.out.parent and not args.out.parent.is_dir():
-            raise PlanFileError(f"--out {args.out}: folder {args.out.parent} does not exist")
+        require_out_folder(args.out)
         return args, plan, tuned_requests(plan, world.Get_size())
 
     started = start_job(world, load, lambda loaded: loaded[0].backend)

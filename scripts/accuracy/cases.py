@@ -19,10 +19,10 @@ from functools import cached_property
 
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Axis, Placement
-from p2synth.hierarchies.program import Program
+from p2synth.hierarchies.program import Program, Request
 from p2synth.runtime.calibration import library_of
 from p2synth.hierarchies.layout import plan_layout
-from p2synth.runtime.stats import Interval, median_interval, relative_spread
+from p2synth.runtime.stats import Interval, fastest, median_interval, relative_spread
 from scripts.accuracy.metrics import differ, paired_ties
 from scripts.accuracy.programs import make_request
 
@@ -85,7 +85,7 @@ class Case:
     @property
     def best(self) -> int:
         """The measured-fastest program (the smallest median; the first on equal medians)."""
-        return min(range(len(self.measured)), key=lambda i: (self.measured[i], i))
+        return fastest(self.measured)
 
 
 def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
@@ -113,13 +113,18 @@ def in_fit_subset(testbed: str, combo: dict, fit_every: int) -> bool:
     return int(hashlib.sha256(text.encode()).hexdigest(), 16) % fit_every == 0
 
 
+def combo_request(h: Hierarchy, combo: dict) -> tuple[Placement, Request]:
+    """A raw combo's placement on hierarchy `h` and its request."""
+    axes = tuple(Axis(name=a, size=s) for a, s in combo["axes"])
+    pl = Placement(h, axes, tuple(tuple(r) for r in combo["matrix"]))
+    return pl, make_request(pl, tuple(combo["request"]["axes"]), combo["request"]["collective"])
+
+
 def combo_cases(testbed: str, h: Hierarchy, combo: dict, fit_every: int) -> list[Case]:
     """The cases of one raw combo of `testbed` (calibrated hierarchy `h`), one per size with two or more programs
     measured right and the default among them; the combo's place in the split is :func:`in_fit_subset`'s."""
-    axes = tuple(Axis(name=a, size=s) for a, s in combo["axes"])
-    pl = Placement(h, axes, tuple(tuple(r) for r in combo["matrix"]))
+    pl, req = combo_request(h, combo)
     names = tuple(combo["request"]["axes"])
-    req = make_request(pl, names, combo["request"]["collective"])
     by_size = defaultdict(list)
     for r in combo["results"]:
         if not r.get("wrong"):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from scipy import stats
 
-from p2synth.runtime.stats import pick
+from p2synth.runtime.stats import fastest, pick
 
 TIE_LEVEL = 0.05  # two programs tie unless Wilcoxon's test on their paired rounds rejects equality at this level
 
@@ -32,7 +32,7 @@ def differ(a: Sequence[float], b: Sequence[float], level: float = TIE_LEVEL) -> 
 
 def paired_ties(rounds: Sequence[Sequence[float]], medians: Sequence[float], level: float = TIE_LEVEL) -> list[int]:
     """The measured-fastest program (the smallest median) and every program that does not :func:`differ` from it."""
-    best = min(range(len(medians)), key=lambda i: (medians[i], i))
+    best = fastest(medians)
     return [i for i in range(len(medians)) if i == best or not differ(rounds[i], rounds[best], level)]
 
 

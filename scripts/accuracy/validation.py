@@ -13,10 +13,9 @@ from __future__ import annotations
 import statistics
 
 from p2synth.hierarchies.model import Hierarchy
-from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program
-from scripts.accuracy.cases import in_fit_subset
-from scripts.accuracy.programs import make_request, predict
+from scripts.accuracy.cases import combo_request, in_fit_subset
+from scripts.accuracy.programs import predict
 
 
 def validation_entries(raw: dict) -> list[tuple[str, dict, dict]]:
@@ -68,9 +67,7 @@ def frozen_check(raw: dict, tolerance: float = 1e-9) -> dict | None:
             continue
         h = Hierarchy.model_validate(tb["hierarchy"])
         for combo in tb.get("combos", []):
-            axes = tuple(Axis(name=a, size=s) for a, s in combo["axes"])
-            pl = Placement(h, axes, tuple(tuple(r) for r in combo["matrix"]))
-            req = make_request(pl, tuple(combo["request"]["axes"]), combo["request"]["collective"])
+            pl, req = combo_request(h, combo)
             for r in combo.get("results", []):
                 recorded = r.get("predicted_at_start_s")
                 if not recorded:
