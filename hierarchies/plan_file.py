@@ -6,7 +6,8 @@ solver or Z3. Two formats exist:
 
 * single request: ``request`` and ``message_bytes`` at the top, and per placement
   ``default`` and ``programs``;
-* workload: ``workload`` (named requests with sizes and counts) at the top, and
+* workload: ``workload`` (named requests with sizes and counts) at the top
+  (and ``step``, the spec's step section, when it had one), and
   per placement a list ``requests``, one entry per workload request in the same
   order, each with its own ``default`` and ``programs``. A request whose spec
   listed several sizes has one workload entry per size, named by :func:`sized_name`,
@@ -31,6 +32,7 @@ from p2synth.hierarchies.cli import one_line, quote
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Axis, Placement, PlacementError
 from p2synth.hierarchies.program import Collective, NamedRequest, Program, Request
+from p2synth.hierarchies.step import StepSpec
 
 SINGLE_REQUEST_NAME = "request"  # the name a single-request plan's request goes by
 
@@ -100,6 +102,7 @@ class PlanFile:
     is_workload: bool
     document: dict = field(compare=False, hash=False, repr=False)
     items: tuple[str, ...] = ()  # per request, the workload request it was planned for (its own name if empty)
+    step: StepSpec | None = None  # the spec's step section (docs/workloads.md, "The step-time model"), if it had one
 
     def placement(self, index: int) -> PlannedPlacement:
         """Placement `index` (in the file's order, best first) with every request's programs."""
@@ -179,12 +182,13 @@ def parse_plan_file(data: Any) -> PlanFile:
             items = tuple(str(w.get("item", w["name"])) for w in data["workload"])
         else:
             requests = (NamedRequest(SINGLE_REQUEST_NAME, _request(axes, data["request"]), int(data.get("message_bytes", 0))),)
+        step = StepSpec.model_validate(data["step"]) if data.get("step") is not None else None
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         raise PlanFileError(f"bad plan: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise PlanFileError(f"bad plan: {type(e).__name__}: {one_line(e)}") from None
-    return PlanFile(hierarchy, axes, requests, tuple(data["placements"]), is_workload, data, items)
+    return PlanFile(hierarchy, axes, requests, tuple(data["placements"]), is_workload, data, items, step)
 
 
 def load_plan_file(path: str | Path) -> PlanFile:
