@@ -3,7 +3,10 @@
 A workload is several named requests, each with its own size and count per
 step. For every placement the planner proves the cheapest program of every
 request; the step's predicted communication time is the sum over requests of
-``count * best time``. Placements are ranked by that total.
+``count * best time``. Without a ``step`` section placements are ranked by
+that total; with one, by the step-time model's time of a whole training step
+(``solver/steptime.py``: compute, the critical-path communication, the
+pipeline's sends and bubble, the exposed part of the gradient reduction).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from p2synth.hierarchies.placement import Matrix, Placement
 from p2synth.solver.search import Memo, Proof, Solution, solve
 from p2synth.hierarchies.program import NamedRequest
 from p2synth.solver.spec import Problem
+from p2synth.solver.steptime import StepTime, occurrences_of, step_time
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,12 @@ class PlacementResult:
 
     placement: Placement
     requests: tuple[RequestResult, ...]
+    step: StepTime | None = None  # the step-time model's figures, when the spec has a step section
+
+    @property
+    def rank_s(self) -> float:
+        """What placements are ranked by: the modelled step time with a step section, else the summed total."""
+        return self.step.step_s if self.step is not None else self.total_s
 
     @property
     def total_s(self) -> float:
@@ -92,13 +102,16 @@ def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | 
                    proof: Proof = Proof.CERTIFICATE, memo: Memo | None = None) -> PlacementResult:
     """Solve every request of the workload on the placement `matrix` (`memo`: work shared with other placements)."""
     placement = problem.placement(matrix)
-    return PlacementResult(placement, tuple(
+    requests = tuple(
         RequestResult(named, solve(placement, named.request, named.message_bytes, max_steps, top, deadline,
                                    problem.spec.cost_model, proof, memo, tuple(problem.spec.pipeline)))
         for named in problem.requests
-    ))
+    )
+    step = problem.spec.step
+    return PlacementResult(placement, requests,
+                           None if step is None else step_time(step, placement, occurrences_of(step, placement, requests)))
 
 
 def rank_plans(plans: list[PlacementResult], unsolved: list[Matrix]) -> SweepResult:
-    """Order placement plans by predicted step time (ties: by matrix)."""
-    return SweepResult(tuple(sorted(plans, key=lambda p: (p.total_s, p.placement.matrix))), tuple(unsolved))
+    """Order placement plans by predicted step time, modelled or summed (``rank_s``; ties: by matrix)."""
+    return SweepResult(tuple(sorted(plans, key=lambda p: (p.rank_s, p.placement.matrix))), tuple(unsolved))

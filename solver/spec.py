@@ -22,6 +22,7 @@ from p2synth.hierarchies.model import NAME_PATTERN, Hierarchy
 from p2synth.hierarchies.placement import Axis, Matrix, Placement, PlacementError
 from p2synth.hierarchies.plan_file import sized_name
 from p2synth.hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, Request
+from p2synth.hierarchies.step import Part, Role, StepSpec, part_of
 from p2synth.solver.models import CostModelKind
 
 if TYPE_CHECKING:
@@ -166,6 +167,8 @@ class Spec(BaseModel):
     max_steps: int = Field(default=4, ge=1, le=MAX_STEPS_LIMIT, description="longest program considered")
     placements: PlacementsField = Field(default="all", description='"all" or a non-empty list of matrices (rows: axes, columns: levels)')
     cost_model: CostModelKind = Field(default=CostModelKind.ALPHA_BETA, description="alpha-beta (first model) or simulator (algorithm choice by size, reduction compute, step overhead)")
+    step: StepSpec | None = Field(
+        default=None, description="the training step: axis roles, schedule, microbatches, layers, compute (ranks by step time)")
     pipeline: list[Annotated[int, Field(ge=1, le=MAX_PIPELINE)]] = Field(
         default=list(DEFAULT_PIPELINE), min_length=1,
         description="piece counts a program of two or more steps may run pipelined on (1: sequential; must include 1)")
@@ -332,7 +335,11 @@ def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: 
         ])
     if spec.workload is not None:
         requests = _workload_requests(spec.workload, axes)
+        if spec.step is not None:
+            _check_step(spec.step, axes, spec.workload)
     else:
+        if spec.step is not None:
+            raise SpecError(["step: a step runs a workload; give the requests as \"workload\" instead of \"request\""])
         assert spec.request is not None
         requests = (NamedRequest("request", _resolve_request(spec.request, axes, "request"), spec.message_bytes),)
     if spec.placements == "all":
@@ -341,6 +348,33 @@ def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: 
         matrices = _listed_matrices(spec.placements, hierarchy, axes)
         count = len(matrices)
     return Problem(spec, hierarchy, axes, requests, matrices, count)
+
+
+def _check_step(step: StepSpec, axes: tuple[Axis, ...], workload: list[WorkloadItem]) -> None:
+    """The step section against the axes and the workload; SpecError with one line per problem."""
+    names = [a.name for a in axes]
+    lines = [f"step.roles.{role}: unknown axis {quote(name)}; known axes: {_listing(names)}"
+             for role, name in step.roles.items() if name not in names]
+    if len(set(step.roles.values())) != len(step.roles):
+        lines.append("step.roles: an axis plays two roles; give each axis one role")
+    if lines:
+        raise SpecError(lines)
+    size = {a.name: a.size for a in axes}
+    stages = size[step.roles[Role.PIPELINE]] if Role.PIPELINE in step.roles else 1
+    if step.layers % stages:
+        lines.append(f"step.layers: {step.layers} layers do not split evenly over {stages} pipeline stages; "
+                     f"use a multiple of {stages}")
+    passes = 2 * step.microbatches
+    for i, w in enumerate(workload):
+        part = part_of(step, tuple(w.axes), w.collective)
+        if part is Part.LAYER and w.count % passes:
+            lines.append(f"workload.{i}.count: a request inside every layer runs in each of the {passes} passes "
+                         f"(forward and backward of {step.microbatches} microbatches); use a multiple of {passes}")
+        if part is Part.PIPELINE and w.count != passes:
+            lines.append(f"workload.{i}.count: a send_recv over the pipeline axis runs once per pass, {passes} times a "
+                         f"step (forward and backward of {step.microbatches} microbatches); set count to {passes}")
+    if lines:
+        raise SpecError(lines)
 
 
 def _workload_requests(workload: list[WorkloadItem], axes: tuple[Axis, ...]) -> tuple[NamedRequest, ...]:

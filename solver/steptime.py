@@ -1,0 +1,180 @@
+"""The step-time model: one training step of a placement, from its requests' proved-best programs and the step section.
+
+docs/workloads.md ("The step-time model") derives it with a worked example.
+Per placement, with ``p`` pipeline stages, ``t`` the tensor axis size and
+``m`` microbatches:
+
+* **compute**: a pass through one stage costs ``layers / p`` layers of the
+  step section's per-layer time, divided by ``t``.
+* **layer communication** (requests over the tensor or expert axis): on the
+  critical path, ``count / (2 m)`` occurrences in every forward and every
+  backward pass, each at its best program's predicted time.
+* **pipeline sends** (a ``send_recv`` over the pipeline axis): a pass on
+  stage ``s`` waits for the previous stage's pass of the same microbatch plus
+  one transfer (:func:`timeline`, which runs the schedule of
+  ``hierarchies/step.py`` event by event).
+* **the bubble**: the idle time of the schedule without transfers,
+  ``(p - 1)`` forward-and-backward passes for 1F1B and GPipe alike.
+* **gradient buckets** (requests over the data axis): each occurrence is a
+  bucket, ready when the share of the stage's last backward pass done equals
+  the share of the bucket bytes up to it; buckets are reduced one after the
+  other, overlapping that pass. Only what runs past the pass is exposed.
+  Requests that run at once share a level's links: when a bucket's program and
+  a layer request's program use a common level, the backward pass's layer
+  communication and the buckets cannot overlap each other, so the buckets end
+  no earlier than the pass's start plus both.
+* **after**: any other request runs once per step after the pipeline.
+
+The parts add up: ``step = compute + layer + bubble + pipeline + gradient + after``
+(each term is a difference of two schedules, so none is negative).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from p2synth.hierarchies.placement import Placement
+from p2synth.hierarchies.program import Program
+from p2synth.hierarchies.step import Part, Pass, Role, Schedule, StepSpec, part_of, stage_ops
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """The predicted time of one training step and its parts (seconds); they add up to `step_s`."""
+
+    step_s: float
+    compute_s: float
+    layer_comm_s: float
+    bubble_s: float
+    pipeline_comm_s: float
+    gradient_exposed_s: float
+    after_s: float
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """Communication on the critical path: layer requests, pipeline sends, the exposed gradient and the rest."""
+        return self.layer_comm_s + self.pipeline_comm_s + self.gradient_exposed_s + self.after_s
+
+    def to_json(self) -> dict:
+        """The figures as in the result JSON's per-placement ``step``."""
+        return {"step_s": self.step_s, "compute_s": self.compute_s, "exposed_comm_s": self.exposed_comm_s,
+                "layer_comm_s": self.layer_comm_s, "bubble_s": self.bubble_s, "pipeline_comm_s": self.pipeline_comm_s,
+                "gradient_exposed_s": self.gradient_exposed_s, "after_s": self.after_s}
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """A request of the step as the model needs it: its part, bytes, count, best program and its predicted time."""
+
+    part: Part
+    message_bytes: int
+    count: int
+    program: Program
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """When one stage ran one pass: start and end (seconds from the step's start)."""
+
+    start: float
+    end: float
+
+
+def timeline(schedule: Schedule, stages: int, microbatches: int, forward_s: float, backward_s: float,
+             send_s: float) -> list[dict[tuple[Pass, int], PassTimes]]:
+    """Per stage, when each of its passes runs: each stage runs :func:`stage_ops` in order, as soon as it can.
+
+    The forward pass of microbatch ``j`` on stage ``s > 0`` starts no earlier
+    than the end of stage ``s - 1``'s plus `send_s`; a backward pass on stage
+    ``s < stages - 1`` no earlier than the end of stage ``s + 1``'s plus `send_s`.
+    """
+    orders = [stage_ops(schedule, s, stages, microbatches) for s in range(stages)]
+    done: list[dict[tuple[Pass, int], PassTimes]] = [{} for _ in range(stages)]
+    position, free = [0] * stages, [0.0] * stages
+    remaining = stages * 2 * microbatches
+    while remaining:
+        moved = False
+        for s in range(stages):
+            if position[s] == len(orders[s]):
+                continue
+            kind, j = orders[s][position[s]]
+            source = s - 1 if kind is Pass.FORWARD else s + 1
+            ready = 0.0
+            if 0 <= source < stages:
+                if (kind, j) not in done[source]:
+                    continue
+                ready = done[source][kind, j].end + send_s
+            start = max(free[s], ready)
+            free[s] = start + (forward_s if kind is Pass.FORWARD else backward_s)
+            done[s][kind, j] = PassTimes(start, free[s])
+            position[s] += 1
+            remaining -= 1
+            moved = True
+        if not moved:
+            raise RuntimeError("the pipeline schedule deadlocked")  # stage_ops' orders never do
+    return done
+
+
+def buckets_end(last: PassTimes, buckets: list[Occurrence], layer_share_s: float) -> float:
+    """When the last gradient bucket is reduced, the buckets running one after the other during the pass `last`.
+
+    Bucket ``k`` is ready when the share of the pass done equals the share
+    of the bucket bytes through ``k``. `layer_share_s` is the layer
+    communication of that pass that shares a level with the buckets: the
+    buckets cannot end before the pass's start plus it plus their own time.
+    """
+    total = sum(b.message_bytes for b in buckets)
+    end, through = last.start, 0
+    for b in buckets:
+        through += b.message_bytes
+        end = max(end, last.start + (last.end - last.start) * through / total) + b.seconds
+    return max(end, last.start + layer_share_s + math.fsum(b.seconds for b in buckets))
+
+
+def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence]) -> StepTime:
+    """The step-time model (module docstring) for `placement`, its requests given as `occurrences` in workload order."""
+    sizes = {a.name: a.size for a in placement.axes}
+    stages = sizes.get(step.axis(Role.PIPELINE) or "", 1)
+    tensor = sizes.get(step.axis(Role.TENSOR) or "", 1)
+    m = step.microbatches
+    layer_f, layer_b = step.compute.layer_seconds()
+    forward, backward = step.layers / stages * layer_f / tensor, step.layers / stages * layer_b / tensor
+    by_part = {part: [o for o in occurrences if o.part is part] for part in Part}
+    layer = math.fsum(o.count / (2 * m) * o.seconds for o in by_part[Part.LAYER])
+    send = max((o.seconds for o in by_part[Part.PIPELINE]), default=0.0) if stages > 1 else 0.0
+    fwd, bwd = forward + layer, backward + layer
+    still = timeline(step.schedule, stages, m, fwd, bwd, 0.0)
+    moving = timeline(step.schedule, stages, m, fwd, bwd, send)
+    still_end = max(max(t.end for t in stage.values()) for stage in still)
+    pipe_end = max(max(t.end for t in stage.values()) for stage in moving)
+    buckets = [o for o in by_part[Part.GRADIENT] for _ in range(o.count)]
+    grad_end = pipe_end
+    if buckets:
+        shared = any(_levels(o.program) & _levels(b.program) for o in by_part[Part.LAYER] for b in buckets)
+        grad_end = max(buckets_end(max(stage.values(), key=lambda t: t.end), buckets, layer if shared else 0.0)
+                       for stage in moving)
+        grad_end = max(grad_end, pipe_end)
+    after = math.fsum(o.count * o.seconds for o in by_part[Part.AFTER])
+    compute = m * (forward + backward)
+    return StepTime(step_s=grad_end + after, compute_s=compute, layer_comm_s=2 * m * layer,
+                    bubble_s=still_end - m * (fwd + bwd), pipeline_comm_s=pipe_end - still_end,
+                    gradient_exposed_s=grad_end - pipe_end, after_s=after)
+
+
+def _levels(program: Program) -> set[int]:
+    """The levels whose links a program's steps use."""
+    return {cell.level for step in program.steps for cell in step.slice}
+
+
+def occurrences_of(step: StepSpec, placement: Placement, requests) -> list[Occurrence]:
+    """The `requests` (planner results: ``named`` and ``solution``) of one placement as the model's occurrences."""
+    out = []
+    for r in requests:
+        named, best = r.named, r.solution.best
+        axes = tuple(placement.axes[a].name for a in sorted(named.request.axes))
+        program = best.program if best is not None else r.solution.default.program
+        out.append(Occurrence(part_of(step, axes, named.request.collective), named.message_bytes, named.count,
+                              program, r.best_s))
+    return out
