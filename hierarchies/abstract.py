@@ -11,6 +11,12 @@ reducing step applies to it, and a reducing request never has a cell to
 exchange, so no all_to_all step applies to it. Validity depends only on which
 cells exist, never on their sizes.
 
+A send_recv request (a shift along one axis) starts as an all_to_all does,
+every cell still to move, and its one step moves them all at once: ``SR`` is
+valid only over every cell still to move, and only in a send_recv request
+(:func:`run`), so its one program is its default. It is no step op
+(:data:`OPS`): the enumerations and the searches never offer it.
+
 Besides the semantics this module enumerates every program within a bound and
 counts them exactly; the explicit cost searches the Z3 encoding is held to
 live in ``solver/topn.py`` and ``solver/pipelined.py``, the tests' Dijkstra
@@ -24,9 +30,9 @@ from functools import lru_cache
 from math import comb
 from typing import Iterator
 
-from p2synth.hierarchies.program import Collective
+from p2synth.hierarchies.program import STEP_OPS, Collective
 
-OPS: tuple[Collective, ...] = tuple(Collective)
+OPS: tuple[Collective, ...] = STEP_OPS  # send_recv is no step op: its only program is its default
 
 
 @dataclass(frozen=True, order=True)
@@ -46,8 +52,8 @@ def start_state(collective: Collective, num_cells: int) -> AbstractState:
         return AbstractState(full, full, 0)  # each device owns one chunk: nothing left to sum
     if collective is Collective.BROADCAST:
         return AbstractState(full, 0, full)  # only the root is active and holds everything
-    if collective is Collective.ALL_TO_ALL:
-        return AbstractState(full, 0, 0, full)  # no cell exchanged yet, nothing to sum
+    if collective in (Collective.ALL_TO_ALL, Collective.SEND_RECV):
+        return AbstractState(full, 0, 0, full)  # no cell exchanged (shifted) yet, nothing to sum
     return AbstractState(0, 0, 0)
 
 
@@ -77,6 +83,8 @@ def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
         return AbstractState(X, Y & ~S, Z, P) if S & ~Y == 0 else None
     if op is Collective.ALL_TO_ALL:  # every cell of S not yet exchanged; leaves them exchanged
         return AbstractState(X, Y, Z, P & ~S) if S & ~P == 0 else None
+    if op is Collective.SEND_RECV:  # a shift moves every cell still to move at once
+        return AbstractState(X, Y, Z, 0) if S == P else None
     # broadcast
     return AbstractState(X, Y, Z & ~S, P) if S & ~Z == 0 else None
 
@@ -85,6 +93,8 @@ def run(collective: Collective, num_cells: int, steps: list[tuple[Collective, in
     """Final abstract state of a program given as (op, slice mask) pairs; None if a step is invalid."""
     state = start_state(collective, num_cells)
     for op, S in steps:
+        if (op is Collective.SEND_RECV) != (collective is Collective.SEND_RECV):
+            return None  # a shift is the one step of a send_recv request, and appears in no other
         state = apply(state, op, S)
         if state is None:
             return None
@@ -114,6 +124,10 @@ def successors(state: AbstractState, num_cells: int) -> Iterator[tuple[Collectiv
 
 def enumerate_programs(collective: Collective, num_cells: int, max_steps: int) -> Iterator[tuple[tuple[Collective, int], ...]]:
     """Every valid program of at most `max_steps` steps, as tuples of (op, slice mask)."""
+    if collective is Collective.SEND_RECV:  # its one program: the shift over every cell
+        if max_steps >= 1 and num_cells >= 1:
+            yield ((Collective.SEND_RECV, (1 << num_cells) - 1),)
+        return
 
     def walk(state: AbstractState, prefix: tuple, depth: int) -> Iterator[tuple]:
         if is_goal(collective, state, num_cells):
@@ -142,6 +156,8 @@ _U, _S, _SS, _SR, _P = range(5)
 
 @lru_cache(maxsize=None)
 def _count(collective: Collective, C: int, K: int) -> int:
+    if collective is Collective.SEND_RECV:
+        return int(C >= 1 and K >= 1)  # its one program (see enumerate_programs)
     start = {
         Collective.ALL_GATHER: (0, 0, C, 0, 0),
         Collective.BROADCAST: (0, 0, 0, C, 0),
