@@ -71,6 +71,9 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
     """The top placements with per-request step times (the trade-off), then the best placement's programs."""
     title = (f"workload of {len(problem.requests)} requests on {problem.hierarchy.name} ({problem.hierarchy.describe()}), "
              f"{len(plan.placements)} placements, programs of <= {max_steps} steps; times per training step (count x best)")
+    if problem.spec.step is not None:
+        render_step(console, problem, plan, rows)
+        title += "; placements in step-time order"
     table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("placement")
@@ -104,3 +107,29 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
                 "-" if sol.program_count is None else f"{sol.program_count:,}",
             ]))
         console.print(detail)
+
+
+def render_step(console: Console, problem: Problem, plan: SweepResult, rows: int = 10) -> None:
+    """The step-time model's figures per placement, best first: step time and its parts, beside the summed communication."""
+    step = problem.spec.step
+    assert step is not None
+    title = (f"training step ({step.schedule} schedule, {step.microbatches} microbatches, {step.layers} layers): "
+             f"predicted time of one step, best first")
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("placement")
+    for col in ("step", "compute", "exposed comm", "bubble", "layer comm", "pipeline sends", "gradient exposed",
+                "after", "comm sum", "sum rank"):
+        table.add_column(col, justify="right")
+    by_sum = sorted(range(len(plan.placements)), key=lambda i: (plan.placements[i].total_s, plan.placements[i].placement.matrix))
+    sum_rank = {i: rank for rank, i in enumerate(by_sum)}
+    for i, p in enumerate(plan.placements[:rows]):
+        t = p.step
+        assert t is not None
+        table.add_row(*map(Text, [
+            str(i), f"{matrix_text(p.placement.matrix)}\n{p.placement.describe()}",
+            *(fmt_time(v) for v in (t.step_s, t.compute_s, t.exposed_comm_s, t.bubble_s, t.layer_comm_s,
+                                     t.pipeline_comm_s, t.gradient_exposed_s, t.after_s, p.total_s)),
+            str(sum_rank[i]),
+        ]))
+    console.print(table)

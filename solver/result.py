@@ -93,9 +93,12 @@ def result_json(problem: Problem, plan: SweepResult, max_steps: int, proof: str 
         out["placements"] = [solution_json(p.requests[0].solution) for p in plan.placements]
         return out
     out["workload"] = workload_json(problem)
+    if problem.spec.step is not None:
+        out["step"] = problem.spec.step.model_dump(mode="json")
     out["placements"] = [
         {"matrix": [list(r) for r in p.placement.matrix], "description": p.placement.describe(),
          "total_s": p.total_s, "default_total_s": p.default_total_s, "bound_total_s": p.bound_total_s, "optimal": p.optimal,
+         **({} if p.step is None else {"step": p.step.to_json()}),
          "requests": [request_json(r) for r in p.requests]}
         for p in plan.placements
     ]

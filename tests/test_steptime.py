@@ -1,0 +1,152 @@
+"""The step-time model (solver/steptime.py) on hand-computed schedules, and the step section's errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from p2synth.encodings.deadline import Deadline
+from p2synth.hierarchies.program import Collective, Program, Step
+from p2synth.hierarchies.placement import Cell
+from p2synth.hierarchies.step import Part, Pass, Schedule, StepSpec, stage_ops
+from p2synth.solver.planner import plan_placement
+from p2synth.solver.spec import SpecError, build_problem, parse_spec
+from p2synth.solver.steptime import Occurrence, PassTimes, buckets_end, timeline
+
+F, B = Pass.FORWARD, Pass.BACKWARD
+
+
+def test_1f1b_and_gpipe_orders():
+    # 3 stages, 4 microbatches: stage s warms up with 2 - s forwards (PipeDream-flush / Megatron-LM's 1F1B)
+    assert [f"{p}{j}" for p, j in stage_ops(Schedule.ONE_F_ONE_B, 0, 3, 4)] == "F0 F1 F2 B0 F3 B1 B2 B3".split()
+    assert [f"{p}{j}" for p, j in stage_ops(Schedule.ONE_F_ONE_B, 2, 3, 4)] == "F0 B0 F1 B1 F2 B2 F3 B3".split()
+    assert [f"{p}{j}" for p, j in stage_ops(Schedule.ONE_F_ONE_B, 0, 4, 2)] == "F0 F1 B0 B1".split()  # warm-up capped at m
+    assert [f"{p}{j}" for p, j in stage_ops(Schedule.GPIPE, 1, 3, 2)] == "F0 F1 B0 B1".split()
+
+
+def test_two_stage_1f1b_by_hand():
+    # F = 1, B = 2, no transfer time: s0 F0 [0,1] F1 [1,2] B0 [4,6] B1 [7,9]; s1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]
+    t = timeline(Schedule.ONE_F_ONE_B, 2, 2, 1.0, 2.0, 0.0)
+    assert t[0] == {(F, 0): PassTimes(0, 1), (F, 1): PassTimes(1, 2), (B, 0): PassTimes(4, 6), (B, 1): PassTimes(7, 9)}
+    assert t[1] == {(F, 0): PassTimes(1, 2), (B, 0): PassTimes(2, 4), (F, 1): PassTimes(4, 5), (B, 1): PassTimes(5, 7)}
+    # (m + p - 1)(F + B) = 3 x 3 = 9
+    # with a transfer of 0.5: s1 F0 [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5] B1 [5.5,7.5]; s0 B0 [5,7] B1 [8,10]
+    t = timeline(Schedule.ONE_F_ONE_B, 2, 2, 1.0, 2.0, 0.5)
+    assert t[1][B, 1] == PassTimes(5.5, 7.5) and t[0][B, 0] == PassTimes(5, 7) and t[0][B, 1] == PassTimes(8, 10)
+
+
+def test_gpipe_by_hand():
+    # GPipe, 2 stages, 3 microbatches, F = 1, B = 1: s1 runs F0..F2 at [1,2],[2,3],[3,4], B0..B2 at [4,5],[5,6],[6,7];
+    # s0's B0 waits for s1's B0 (end 5): [5,6], [6,7], B2 waits for s1's B2 (end 7): [7,8]
+    t = timeline(Schedule.GPIPE, 2, 3, 1.0, 1.0, 0.0)
+    assert [t[0][B, j] for j in range(3)] == [PassTimes(5, 6), PassTimes(6, 7), PassTimes(7, 8)]
+    assert max(x.end for x in t[1].values()) == 7
+
+
+def _bucket(nbytes: int, seconds: float) -> Occurrence:
+    return Occurrence(Part.GRADIENT, nbytes, 1, Program(()), seconds)
+
+
+def test_buckets_overlap_the_last_backward_pass():
+    last = PassTimes(10.0, 14.0)
+    # two equal buckets, 1 s each: ready at 12 and 14; the first ends at 13, the second at 15 -> 1 s exposed
+    assert buckets_end(last, [_bucket(100, 1.0), _bucket(100, 1.0)], 0.0) == 15.0
+    # a 1:3 split: ready at 11 and 14; reductions of 0.5 s end at 11.5 and 14.5
+    assert buckets_end(last, [_bucket(100, 0.5), _bucket(300, 0.5)], 0.0) == 14.5
+    # sharing a level with 3.5 s of layer communication in that pass: no earlier than 10 + 3.5 + 1
+    assert buckets_end(last, [_bucket(100, 0.5), _bucket(300, 0.5)], 3.5) == 14.5
+    assert buckets_end(last, [_bucket(100, 0.5), _bucket(300, 0.5)], 4.0) == 15.0
+
+
+SPEC = {
+    "hierarchy": {"name": "tb", "levels": [{"name": "node", "count": 4, "bandwidth_GBps": 0.1, "latency_us": 50},
+                                           {"name": "core", "count": 2, "bandwidth_GBps": 10, "latency_us": 1}]},
+    "axes": [{"name": "dp", "size": 2}, {"name": "pp", "size": 2}, {"name": "tp", "size": 2}],
+    "workload": [
+        {"name": "tp_ar", "axes": ["tp"], "collective": "all_reduce", "message_bytes": 1 << 20, "count": 8},
+        {"name": "pp_send", "axes": ["pp"], "collective": "send_recv", "message_bytes": 1 << 20, "count": 4},
+        {"name": "grad", "axes": ["dp"], "collective": "all_reduce", "message_bytes": 1 << 22, "count": 2},
+    ],
+    "step": {"roles": {"data": "dp", "pipeline": "pp", "tensor": "tp"}, "microbatches": 2, "layers": 4,
+             "compute": {"forward_ms": 10, "backward_ms": 20}},
+    "placements": [[[2, 1], [2, 1], [1, 2]]],
+}
+
+
+def test_whole_step_by_hand():
+    """data=[node 2] pipeline=[node 2] tensor=[core 2], alpha-beta; every figure recomputed here by hand."""
+    problem = build_problem(parse_spec(json.dumps(SPEC)))
+    result = plan_placement(problem, problem.matrices[0], 4, 5, Deadline(None))
+    tp, pp, grad = (r.best_s for r in result.requests)
+    # a stage holds 2 layers split over tensor 2: forward 2 x 10 / 2 = 10 ms, backward 20 ms; 8 / (2 x 2) = 2 tp
+    # all-reduces per pass
+    fwd, bwd = 0.010 + 2 * tp, 0.020 + 2 * tp
+    # 2 stages, 2 microbatches, transfer pp: as test_two_stage_1f1b_by_hand, s0's last backward starts at
+    # 2 fwd + bwd + ... : s1 F0 [fwd+pp, 2fwd+pp], B0 to 2fwd+bwd+pp, s0 B0 from 2fwd+bwd+2pp, s1 F1 from
+    # max(2fwd+bwd+pp, 2fwd+pp) = 2fwd+bwd+pp to 3fwd+bwd+pp, B1 to 3fwd+2bwd+pp; s0 B1 from max(2fwd+2bwd+2pp,
+    # 3fwd+2bwd+2pp) = 3fwd+2bwd+2pp to 3fwd+3bwd+2pp
+    pipe_end = 3 * fwd + 3 * bwd + 2 * pp
+    still_end = 3 * fwd + 3 * bwd
+    last_start = 3 * fwd + 2 * bwd + 2 * pp
+    # two 4 MiB buckets, ready at half and the end of s0's last backward pass; tp (core) and grad (node) share no level
+    bucket_end = max(max(last_start + bwd / 2, last_start) + grad, pipe_end) + grad
+    step = result.step
+    assert step is not None
+    assert step.step_s == pytest.approx(bucket_end)
+    assert step.compute_s == pytest.approx(2 * (0.010 + 0.020))
+    assert step.layer_comm_s == pytest.approx(2 * 2 * 2 * tp)
+    assert step.bubble_s == pytest.approx(still_end - 2 * (fwd + bwd))
+    assert step.pipeline_comm_s == pytest.approx(2 * pp)
+    assert step.gradient_exposed_s == pytest.approx(bucket_end - pipe_end)
+    parts = (step.compute_s + step.layer_comm_s + step.bubble_s + step.pipeline_comm_s + step.gradient_exposed_s
+             + step.after_s)
+    assert parts == pytest.approx(step.step_s)
+
+
+def test_placements_ranked_by_step_time(tmp_path):
+    spec = {**SPEC, "placements": "all"}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "plan.json"
+    proc = subprocess.run([sys.executable, "-m", "solver.run", str(path), "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(out.read_text())
+    steps = [p["step"]["step_s"] for p in plan["placements"]]
+    assert len(steps) == 3 and steps == sorted(steps)
+    assert plan["step"]["roles"] == {"data": "dp", "pipeline": "pp", "tensor": "tp"}
+    assert "training step (1f1b schedule, 2 microbatches, 4 layers)" in proc.stdout
+
+
+@pytest.mark.parametrize("change, line", [
+    ({"roles": {"data": "dp", "pipeline": "nope"}}, "step.roles.pipeline: unknown axis 'nope'"),
+    ({"roles": {"data": "dp", "pipeline": "dp"}}, "step.roles: an axis plays two roles"),
+    ({"layers": 3}, "step.layers: 3 layers do not split evenly over 2 pipeline stages; use a multiple of 2"),
+    ({"microbatches": 3}, "workload.0.count: a request inside every layer runs in each of the 6 passes"),
+    ({"compute": {"forward_ms": 1, "peak_tflops": 3}}, "step.compute: forward_ms is a time"),
+    ({"compute": {"forward_gflop": 1}}, "step.compute: forward_gflop needs peak_tflops and efficiency"),
+    ({"schedule": "zb"}, "step.schedule: Input should be '1f1b' or 'gpipe'"),
+])
+def test_step_errors_name_the_field(change, line):
+    spec = {**SPEC, "step": {**SPEC["step"], **change}}
+    with pytest.raises(SpecError) as e:
+        build_problem(parse_spec(json.dumps(spec)))
+    assert any(l.startswith(line) for l in e.value.lines), e.value.lines
+
+
+def test_pipeline_send_count_must_match_the_passes():
+    spec = json.loads(json.dumps(SPEC))
+    spec["workload"][1]["count"] = 3
+    with pytest.raises(SpecError) as e:
+        build_problem(parse_spec(json.dumps(spec)))
+    assert e.value.lines == ["workload.1.count: a send_recv over the pipeline axis runs once per pass, 4 times a step "
+                             "(forward and backward of 2 microbatches); set count to 4"]
+
+
+def test_a_step_needs_a_workload():
+    spec = {k: v for k, v in SPEC.items() if k != "workload"} | {"request": {"axes": ["dp"]}}
+    with pytest.raises(SpecError) as e:
+        build_problem(parse_spec(json.dumps(spec)))
+    assert e.value.lines[0].startswith("step: a step runs a workload")
