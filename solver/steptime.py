@@ -11,8 +11,9 @@ Per placement, with ``p`` pipeline stages, ``t`` the tensor axis size and
   backward pass, each at its best program's predicted time.
 * **pipeline sends** (a ``send_recv`` over the pipeline axis): a pass on
   stage ``s`` waits for the previous stage's pass of the same microbatch plus
-  one transfer (:func:`timeline`, which runs the schedule of
-  ``hierarchies/step.py`` event by event).
+  one transfer, the transfers between two stages in one direction one at a
+  time (:func:`timeline`, which runs the schedule of ``hierarchies/step.py``
+  event by event).
 * **the bubble**: the idle time of the schedule without transfers,
   ``(p - 1)`` forward-and-backward passes for 1F1B and GPipe alike.
 * **gradient buckets** (requests over the data axis): each occurrence is a
@@ -87,12 +88,16 @@ def timeline(schedule: Schedule, stages: int, microbatches: int, forward_s: floa
     """Per stage, when each of its passes runs: each stage runs :func:`stage_ops` in order, as soon as it can.
 
     The forward pass of microbatch ``j`` on stage ``s > 0`` starts no earlier
-    than the end of stage ``s - 1``'s plus `send_s`; a backward pass on stage
-    ``s < stages - 1`` no earlier than the end of stage ``s + 1``'s plus `send_s`.
+    than the transfer of stage ``s - 1``'s output has arrived; a backward pass
+    on stage ``s < stages - 1`` likewise from stage ``s + 1``. A transfer takes
+    `send_s` and starts when the pass that makes it ends, or when the previous
+    transfer between the same two stages in the same direction has arrived,
+    whichever is later: one direction of a link carries one transfer at a time.
     """
     orders = [stage_ops(schedule, s, stages, microbatches) for s in range(stages)]
     done: list[dict[tuple[Pass, int], PassTimes]] = [{} for _ in range(stages)]
     position, free = [0] * stages, [0.0] * stages
+    channel: dict[tuple[int, int], float] = {}  # (from, to) stage: when its last transfer arrived
     remaining = stages * 2 * microbatches
     while remaining:
         moved = False
@@ -105,7 +110,8 @@ def timeline(schedule: Schedule, stages: int, microbatches: int, forward_s: floa
             if 0 <= source < stages:
                 if (kind, j) not in done[source]:
                     continue
-                ready = done[source][kind, j].end + send_s
+                ready = max(done[source][kind, j].end, channel.get((source, s), 0.0)) + send_s
+                channel[source, s] = ready
             start = max(free[s], ready)
             free[s] = start + (forward_s if kind is Pass.FORWARD else backward_s)
             done[s][kind, j] = PassTimes(start, free[s])

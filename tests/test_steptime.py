@@ -38,6 +38,15 @@ def test_two_stage_1f1b_by_hand():
     assert t[1][B, 1] == PassTimes(5.5, 7.5) and t[0][B, 0] == PassTimes(5, 7) and t[0][B, 1] == PassTimes(8, 10)
 
 
+def test_transfers_between_two_stages_queue():
+    # F = 1, B = 1, transfers of 3: s0's forwards end at 1 and 2; the first transfer arrives at 4, the second
+    # waits for it and arrives at 7, so s1 runs F0 [4,5] and F1 [7,8] (GPipe: s1 then runs B0 [8,9], B1 [9,10])
+    t = timeline(Schedule.GPIPE, 2, 2, 1.0, 1.0, 3.0)
+    assert t[1][F, 0] == PassTimes(4, 5) and t[1][F, 1] == PassTimes(7, 8)
+    # backwards: s1's B0 ends at 9 -> arrives 12; B1 ends at 10, waits for the channel -> arrives 15
+    assert t[0][B, 0] == PassTimes(12, 13) and t[0][B, 1] == PassTimes(15, 16)
+
+
 def test_gpipe_by_hand():
     # GPipe, 2 stages, 3 microbatches, F = 1, B = 1: s1 runs F0..F2 at [1,2],[2,3],[3,4], B0..B2 at [4,5],[5,6],[6,7];
     # s0's B0 waits for s1's B0 (end 5): [5,6], [6,7], B2 waits for s1's B2 (end 7): [7,8]

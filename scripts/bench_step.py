@@ -1,0 +1,309 @@
+"""The step-time model against real steps on the emulated clusters (issue 25): every placement of two 8-rank jobs.
+
+    sudo env PATH="$PATH" python -m scripts.bench_step --out step.raw.json --markdown step.md --summary step-summary.json
+    python -m scripts.bench_step --from-raw docs/measurements/step/step.raw.json     # the tables again, no testbed
+
+Per testbed (``--testbeds``: 4 nodes x 2 ranks on 1 Gbit/s links; 2 racks x 2
+nodes x 2 ranks with 400 Mbit/s between racks), on its own instance
+(``--instance``, default ``step``): bring it up and calibrate it
+(``scripts/calibrate.py``); then for every job of :data:`JOBS` (fixed here,
+before any measurement, and the same on both testbeds) plan every placement
+with the calibrated hierarchy and the simulator cost model (``solver.run``:
+each request's proved-best program, and the step-time model's prediction),
+and run each placement's step for real with ``runtime.step`` (its programs
+checked exactly first; compute as timed sleeps; ``--rounds`` interleaved
+rounds of the plan's programs and of the defaults). The testbed goes down in a
+``finally``; the raw JSON is written after every placement.
+
+Figures per testbed (:func:`summary`), over the placements of both jobs:
+
+* ``median_rel_error``: median of |predicted - measured| / measured step time;
+* ``spearman``: rank correlation of predicted and measured step times, per job
+  (``spearman_by_job``) and over the testbed's placements together;
+* ``best_regret``: the measured step time of the placement the step model ranks
+  first over the measured-fastest placement, per job (the worst job is the figure);
+* ``sum_model_regret``: the same for the placement the summed communication
+  (today's ranking without a step section) puts first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, one_line, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.model import Hierarchy
+from scripts.accuracy.suite import Testbed
+from scripts.bench_limit import TESTBEDS, _names
+from scripts.tables import console, markdown, table
+
+KiB, MiB = 1 << 10, 1 << 20
+MICROBATCHES = 4
+STEP = {"schedule": "1f1b", "microbatches": MICROBATCHES, "layers": 4, "compute": {"forward_ms": 8, "backward_ms": 16}}
+PASSES = 2 * MICROBATCHES
+# The two jobs, fixed before measuring: a 3D-parallel one and a data x pipeline one, on 8 ranks.
+JOBS = {
+    "dp2-pp2-tp2": {
+        "axes": [{"name": "data", "size": 2}, {"name": "pipeline", "size": 2}, {"name": "tensor", "size": 2}],
+        "roles": {"data": "data", "pipeline": "pipeline", "tensor": "tensor"},
+        "workload": [
+            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": 256 * KiB, "count": 2 * PASSES},
+            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 512 * KiB, "count": PASSES},
+            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 2 * MiB, "count": 2},
+        ],
+    },
+    "dp4-pp2": {
+        "axes": [{"name": "data", "size": 4}, {"name": "pipeline", "size": 2}],
+        "roles": {"data": "data", "pipeline": "pipeline"},
+        "workload": [
+            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 1 * MiB, "count": PASSES},
+            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 4 * MiB, "count": 2},
+        ],
+    },
+}
+PARTS = ("compute_s", "layer_comm_s", "bubble_s", "pipeline_comm_s", "gradient_exposed_s", "after_s")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; UsageError on a bad one."""
+    p = ArgumentParser(prog="python -m scripts.bench_step", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, help="measure (root, testbed) and write the raw JSON here, after every placement")
+    p.add_argument("--from-raw", type=Path, nargs="+", help="print the tables from these raw files, no testbed")
+    p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
+    p.add_argument("--summary", type=Path, help="also write the per-testbed figures as JSON here")
+    p.add_argument("--testbeds", type=_names(tuple(TESTBEDS), "testbed"), default=tuple(TESTBEDS),
+                   help=f"comma-separated, of {', '.join(TESTBEDS)} (default both)")
+    p.add_argument("--jobs", type=_names(tuple(JOBS), "job"), default=tuple(JOBS), help="comma-separated (default both)")
+    p.add_argument("--rounds", type=int, default=11, help="interleaved rounds per placement (default 11)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    p.add_argument("--calibrate-bytes", type=int, default=4 * MiB, help="calibration's largest message (default 4 MiB)")
+    p.add_argument("--instance", default="step", help="the testbed instance (default step)")
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-step"), help="specs, plans, step results")
+    args = p.parse_args(argv)
+    if (args.out is None) == (args.from_raw is None):
+        raise UsageError("give --out (to measure) or --from-raw (to print measured tables), not both")
+    if args.rounds < 3 or args.warmup < 0:
+        raise UsageError("--rounds must be at least 3 and --warmup at least 0")
+    return args
+
+
+# ---- figures (pure) -------------------------------------------------------------------------------------------
+def spec_for(h: Hierarchy, job: str) -> dict:
+    """The solver spec of `job` on hierarchy `h`: every placement, the simulator cost model, the step section."""
+    j = JOBS[job]
+    return {"hierarchy": h.model_dump(mode="json", exclude_none=True), "axes": j["axes"], "workload": j["workload"],
+            "step": {**STEP, "roles": j["roles"]}, "cost_model": "simulator", "placements": "all"}
+
+
+def rows(raw: dict) -> list[dict]:
+    """One row per measured placement: predicted and measured step time and parts, the sum model's figure, ranks."""
+    out = []
+    for tb in raw["testbeds"]:
+        for job in tb.get("jobs", []):
+            for p in job.get("placements", []):
+                row = {"testbed": tb["testbed"]["name"], "job": job["job"], "index": p["index"],
+                       "placement": p["description"], "predicted": p["predicted"], "sum_s": p["sum_s"]}
+                if "error" in p:
+                    out.append({**row, "error": p["error"]})
+                    continue
+                out.append({**row, "measured": p["measured"], "default": p["default"], "wrong": p["wrong"]})
+    return out
+
+
+def _rel_error(r: dict) -> float:
+    return abs(r["predicted"]["step_s"] - r["measured"]["step_s"]) / r["measured"]["step_s"]
+
+
+def _regret(group: list[dict], key) -> float:
+    """Measured step time of the placement `key` ranks first over the measured-fastest one."""
+    chosen = min(group, key=lambda r: (key(r), r["index"]))
+    return chosen["measured"]["step_s"] / min(r["measured"]["step_s"] for r in group)
+
+
+def _spearman(group: list[dict]) -> float | None:
+    if len(group) < 2:
+        return None
+    rho = spearmanr([r["predicted"]["step_s"] for r in group], [r["measured"]["step_s"] for r in group]).statistic
+    return None if math.isnan(rho) else float(rho)
+
+
+def summary(rows_: list[dict]) -> dict:
+    """Per testbed: the issue's figures (module docstring), per job and over the testbed."""
+    out = {}
+    for name in dict.fromkeys(r["testbed"] for r in rows_):
+        done = [r for r in rows_ if r["testbed"] == name and "error" not in r]
+        jobs = {j: [r for r in done if r["job"] == j] for j in dict.fromkeys(r["job"] for r in done)}
+        best = {j: _regret(g, lambda r: r["predicted"]["step_s"]) for j, g in jobs.items()}
+        by_sum = {j: _regret(g, lambda r: r["sum_s"]) for j, g in jobs.items()}
+        out[name] = {
+            "placements": len(done),
+            "failed": sum(1 for r in rows_ if r["testbed"] == name and "error" in r),
+            "median_rel_error": statistics.median(_rel_error(r) for r in done) if done else None,
+            "spearman": _spearman(done),
+            "spearman_by_job": {j: _spearman(g) for j, g in jobs.items()},
+            "best_regret": max(best.values(), default=None),
+            "best_regret_by_job": best,
+            "sum_model_regret": max(by_sum.values(), default=None),
+            "sum_model_regret_by_job": by_sum,
+            "wrong_elements": sum(r["wrong"] for r in done),
+        }
+    return out
+
+
+COLUMNS = ("testbed", "job", "#", "placement", "predicted ms", "measured ms [95%]", "error", "defaults measured ms",
+           "compute", "layer comm", "bubble + sends (pred)", "waits (meas)", "gradient exposed pred / meas", "sum ms", "sum rank")
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.1f}"
+
+
+def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
+    """The rows' cells under :data:`COLUMNS`: times in milliseconds."""
+    out = []
+    for r in rows_:
+        group = [x for x in rows_ if x["testbed"] == r["testbed"] and x["job"] == r["job"]]
+        sum_rank = sorted(group, key=lambda x: (x["sum_s"], x["index"])).index(r)
+        head = (r["testbed"], r["job"], str(r["index"]), r["placement"], _ms(r["predicted"]["step_s"]))
+        if "error" in r:
+            out.append((*head, f"failed: {r['error'][:60]}", *("-",) * (len(COLUMNS) - 6)))
+            continue
+        m, p = r["measured"], r["predicted"]
+        lo, hi = m["step_ci_s"]
+        out.append((*head, f"{_ms(m['step_s'])} [{_ms(lo)}, {_ms(hi)}]", f"{_rel_error(r):+.0%}".replace("+", ""),
+                    _ms(r["default"]["step_s"]), _ms(p["compute_s"]), f"{_ms(p['layer_comm_s'])} / {_ms(m['layer_comm_s'])}",
+                    _ms(p["bubble_s"] + p["pipeline_comm_s"]), _ms(m["wait_s"]),
+                    f"{_ms(p['gradient_exposed_s'])} / {_ms(m['gradient_exposed_s'])}", _ms(r["sum_s"]), str(sum_rank)))
+    return out
+
+
+SUMMARY_COLUMNS = ("testbed", "placements", "median_rel_error", "spearman (all)", "spearman by job", "best_regret",
+                   "sum_model_regret")
+
+
+def summary_cells(s: dict) -> list[tuple[str, ...]]:
+    """One row per testbed of :func:`summary`."""
+    f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    return [(name, str(v["placements"]), f(v["median_rel_error"]), f(v["spearman"]),
+             ", ".join(f"{j} {f(x)}" for j, x in v["spearman_by_job"].items()),
+             f"{f(v['best_regret'])} ({', '.join(f'{j} {f(x)}' for j, x in v['best_regret_by_job'].items())})",
+             f"{f(v['sum_model_regret'])} ({', '.join(f'{j} {f(x)}' for j, x in v['sum_model_regret_by_job'].items())})")
+            for name, v in s.items()]
+
+
+# ---- measuring (root, testbed) --------------------------------------------------------------------------------
+def measured_figures(result: dict, variant: str) -> dict:
+    """A ``runtime.step --out`` document's figures of `variant` (``best`` or ``default``): the median step time, its
+    interval, and the medians of the parts the rank that finished last spent."""
+    v = result["variants"][variant]
+    return {"step_s": v["step_s"]["median"], "step_ci_s": v["step_s"]["interval"], "rounds_s": v["step_s"]["rounds"],
+            **{k: v[k]["median"] for k in ("compute_s", "layer_comm_s", "wait_s", "gradient_exposed_s", "after_s")}}
+
+
+def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan: dict, index: int, log) -> dict:
+    """Run placement `index` of `plan` with ``runtime.step``; its record (``error`` set when the run failed)."""
+    from scripts.accuracy.measure import testbed
+
+    entry = plan["placements"][index]
+    record = {"index": index, "matrix": entry["matrix"], "description": entry["description"],
+              "predicted": entry["step"], "sum_s": entry["total_s"]}
+    out = args.workdir / f"step-{tag}-{index}.json"
+    out.unlink(missing_ok=True)
+    r = testbed("run", "--timeout", "900", "--", "python", "-m", "runtime.step", str(plan_path), "--placement", str(index),
+                "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--out", str(out),
+                timeout=960, check=False, instance=args.instance)
+    if r.returncode != 0 or not out.exists():
+        return {**record, "error": f"runtime.step exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
+    result = json.loads(out.read_text())
+    record.update(measured=measured_figures(result, "best"), default=measured_figures(result, "default"),
+                  wrong=result["wrong"], thread_level=result.get("thread_level"))
+    log(f"[{tag}] placement {index} {entry['description']}: predicted {_ms(entry['step']['step_s'])} ms, "
+        f"measured {_ms(record['measured']['step_s'])} ms")
+    return record
+
+
+def measure(args: argparse.Namespace, log) -> dict:
+    """Every testbed and job of the command line; the raw document (written to ``--out`` after every placement)."""
+    from scripts.accuracy.measure import testbed, up_and_calibrate
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv,
+           "settings": {"rounds": args.rounds, "warmup": args.warmup, "calibrate_bytes": args.calibrate_bytes,
+                        "step": STEP, "jobs": JOBS}, "testbeds": []}
+    for name in args.testbeds:
+        tb: Testbed = TESTBEDS[name]
+        entry: dict = {"testbed": tb.__dict__, "jobs": []}
+        raw["testbeds"].append(entry)
+        testbed("down", check=False, instance=args.instance)
+        try:
+            fitted, record = up_and_calibrate(tb, args.workdir, args.calibrate_bytes, log, instance=args.instance)
+            entry.update(record)
+            for job in args.jobs:
+                tag = f"{name}-{job}"
+                spec, plan_path = args.workdir / f"spec-{tag}.json", args.workdir / f"plan-{tag}.json"
+                write_json_atomic(spec_for(fitted, job), spec)
+                r = subprocess.run([sys.executable, "-m", "solver.run", str(spec), "--out", str(plan_path), "--quiet"],
+                                   capture_output=True, text=True, timeout=900, check=False)
+                if r.returncode != 0:
+                    entry["jobs"].append({"job": job, "error": f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"})
+                    continue
+                plan = json.loads(plan_path.read_text())
+                done = {"job": job, "plan": plan, "placements": []}
+                entry["jobs"].append(done)
+                for index in range(len(plan["placements"])):
+                    done["placements"].append(measure_placement(args, tag, plan_path, plan, index, log))
+                    write_json_atomic(raw, args.out)
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+            entry["error"] = one_line(e)[:2000]
+            log(f"[{name}] FAILED: {entry['error']}")
+        finally:
+            testbed("down", check=False, instance=args.instance)
+            write_json_atomic(raw, args.out)
+    raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_json_atomic(raw, args.out)
+    return raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure (root, testbed) or read raw measurements, then print the tables; 2 on bad usage."""
+    try:
+        args = parse_args(argv)
+        if args.from_raw is not None:
+            raws = []
+            for path in args.from_raw:
+                try:
+                    raws.append(json.loads(path.read_text()))
+                    rows(raws[-1])
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
+            raw = {"testbeds": [tb for r in raws for tb in r["testbeds"]]}
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.from_raw is None:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a plain kill still brings the testbed down
+        raw = measure(args, lambda s: print(f"{time.strftime('%H:%M:%S')} {s}", file=sys.stderr, flush=True))
+    found = rows(raw)
+    figures = summary(found)
+    out = console()
+    out.print(table(COLUMNS, cells(found), title="predicted and measured training steps, every placement", text_columns=4))
+    out.print(table(SUMMARY_COLUMNS, summary_cells(figures), title="the step model against the measurements", text_columns=1))
+    if args.markdown is not None:
+        write_text_atomic(markdown(COLUMNS, cells(found)) + "\n\n" + markdown(SUMMARY_COLUMNS, summary_cells(figures)) + "\n",
+                          args.markdown)
+    if args.summary is not None:
+        write_json_atomic(figures, args.summary)
+    return 0 if found else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
