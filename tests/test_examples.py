@@ -43,3 +43,35 @@ def test_readme_first_example_shows_placement_spread_and_a_hierarchical_win(tmp_
     assert len(best_program["steps"]) > 1 and best_program["pipeline"] > 1  # hierarchical, and pipelined
     assert f"`{text} x{best_program['pipeline']} pieces`" in readme
     assert f"{grad['default']['cost_s'] / grad['best_s']:.2f}x faster than one" in readme
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_workloads_doc_figures_are_the_plans(tmp_path):
+    """Every figure docs/workloads.md quotes for the bundled workloads, recomputed from the solver's results."""
+    doc = _flat((ROOT / "docs" / "workloads.md").read_text())
+    small = _plan(ROOT / "examples" / "gpt-3d-on-dgx-a100.json", tmp_path / "small.json")["placements"]
+    step = small[0]["step"]
+    for key in ("compute_s", "layer_comm_s", "bubble_s", "pipeline_comm_s", "gradient_exposed_s", "step_s"):
+        assert f"**{step[key] * 1e3:.2f} ms**" in doc, key
+    assert f"splits data as `[node 2, gpu 2]`, {step['step_s'] * 1e3:.1f} ms per step" in doc
+    by_sum = sorted(small, key=lambda p: p["total_s"])
+    assert f"`{by_sum[1]['description']}` is second ({by_sum[1]['total_s'] * 1e3:.1f} ms" in doc
+    assert f"it is third ({small[2]['step']['step_s'] * 1e3:.1f} ms against {small[1]['step']['step_s'] * 1e3:.1f} ms)" in doc
+    large = _plan(ROOT / "examples" / "gpt-3d-on-64-dgx-a100.json", tmp_path / "large.json")["placements"]
+    assert f"**Best step: `{large[0]['description']}`**, {large[0]['step']['step_s']:.2f} s per step" in doc
+    by_sum = sorted(large, key=lambda p: p["total_s"])
+    assert f"by summed communication `{by_sum[0]['description']}` is best ({by_sum[0]['total_s'] * 1e3:.1f} ms against " \
+           f"{large[0]['total_s'] * 1e3:.1f} ms)" in doc
+    assert f"2.55 s against {large[0]['step']['step_s']:.2f} s" in doc and f"{by_sum[0]['step']['step_s']:.2f}" == "2.55"
+    grad_best = min(large, key=lambda p: p["requests"][0]["best_s"])
+    assert grad_best["description"] == "data=[node 2, gpu 8] pipeline=[node 4] tensor=[node 8]"
+    assert f"(12.3 ms for the gradient), is among the worst ({grad_best['step']['step_s']:.2f} s, seventh of nine)" in doc
+    assert large.index(grad_best) == 6 and f"{grad_best['requests'][0]['best_s'] * 1e3:.1f}" == "12.3"
+    moe = _plan(ROOT / "examples" / "moe-on-dgx-h100.json", tmp_path / "moe.json")["placements"]
+    assert f"The best placement ({moe[0]['total_s'] * 1e3:.1f} ms per step)" in doc
+    assert f"Total: {moe[0]['default_total_s'] / moe[0]['total_s']:.2f}x better than defaults" in doc
+    zero = _plan(ROOT / "examples" / "zero-dp-on-dgx-h100.json", tmp_path / "zero.json")["placements"][0]["requests"][0]
+    assert f"take {zero['best_s'] * 1e3:.2f} ms each, the flat ones {zero['default']['cost_s'] * 1e3:.2f} ms" in doc
