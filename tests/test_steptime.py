@@ -159,3 +159,27 @@ def test_a_step_needs_a_workload():
     with pytest.raises(SpecError) as e:
         build_problem(parse_spec(json.dumps(spec)))
     assert e.value.lines[0].startswith("step: a step runs a workload")
+
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(Schedule)), st.integers(1, 6), st.integers(1, 9),
+       st.floats(0.1, 5), st.floats(0.1, 5), st.floats(0, 3))
+def test_schedule_properties(schedule, stages, microbatches, fwd, bwd, send):
+    """Without sends both schedules take (m + p - 1)(F + B); every pass keeps its dependences; sends never help."""
+    still = timeline(schedule, stages, microbatches, fwd, bwd, 0.0)
+    end = max(t.end for stage in still for t in stage.values())
+    assert end == pytest.approx((microbatches + stages - 1) * (fwd + bwd))
+    moving = timeline(schedule, stages, microbatches, fwd, bwd, send)
+    for s, stage in enumerate(moving):
+        order = stage_ops(schedule, s, stages, microbatches)
+        assert list(stage) == list(order)  # runs its passes in the schedule's order, one at a time
+        times = [stage[o] for o in order]
+        assert all(a.end <= b.start + 1e-12 for a, b in zip(times, times[1:]))
+        for (kind, j), t in stage.items():
+            source = s - 1 if kind is F else s + 1
+            if 0 <= source < stages:
+                assert t.start >= moving[source][kind, j].end + send - 1e-9
+    assert max(t.end for stage in moving for t in stage.values()) >= end - 1e-9
