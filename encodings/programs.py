@@ -24,7 +24,7 @@ from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.encodings.stepsemantics import boundary_values, slot_constraints
 from p2synth.encodings.z3algebra import Z3Algebra, _real
-from p2synth.hierarchies.program import Collective, RawProgram
+from p2synth.hierarchies.program import STEP_OPS, Collective, RawProgram
 
 TIE_TOLERANCE = 1e-9  # relative: costs closer than this are equal (they come from float figures)
 StepCost = Callable[[Z3Algebra, Any, Sequence[Any], Sequence[Any], Sequence[Any]], Any]
@@ -76,7 +76,7 @@ class ProgramSketch:
         # than the default portfolio on these sketches (29.5 s -> 8.7 s on a 6-cell case).
         self.solver = z3.SolverFor("QF_LRA")
         cells, slots = range(num_cells), range(max_steps)
-        self.ops = [{op: z3.Bool(f"step{i}_{op.value}") for op in Collective} for i in slots]
+        self.ops = [{op: z3.Bool(f"step{i}_{op.value}") for op in STEP_OPS} for i in slots]
         self.used = [z3.Bool(f"step{i}_used") for i in slots]
         self.slices = [[z3.Bool(f"step{i}_slice_{c}") for c in cells] for i in slots]
         self.X = [[z3.Bool(f"summed{i}_{c}") for c in cells] for i in range(max_steps + 1)]

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import z3
 
-from p2synth.hierarchies.program import Collective
+from p2synth.hierarchies.program import STEP_OPS, Collective
 from p2synth.hierarchies.statespace import STATUS_BITS, Status, goal_statuses, moves, statuses
 
 
@@ -83,7 +83,7 @@ def prove_step_semantics(collective: Collective, cells: int) -> None:
     is what ``solver/certificate.py`` relies on. The answer depends only on the
     collective and the cell count, so it is cached.
     """
-    ops = {op: z3.Bool(f"op_{op.value}") for op in Collective}
+    ops = {op: z3.Bool(f"op_{op.value}") for op in STEP_OPS}
     used, slice_ = z3.Bool("used"), [z3.Bool(f"slice_{c}") for c in range(cells)]
     before = [tuple(z3.Bool(f"{n}{c}") for n in "xyzp") for c in range(cells)]
     after = [tuple(z3.Bool(f"{n}{c}'") for n in "xyzp") for c in range(cells)]

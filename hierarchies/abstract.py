@@ -11,6 +11,13 @@ reducing step applies to it, and a reducing request never has a cell to
 exchange, so no all_to_all step applies to it. Validity depends only on which
 cells exist, never on their sizes.
 
+A send_recv request (a shift along one axis) starts with every cell summed
+(nothing to sum, as for all_gather) and *still to shift* (``R``), and its one
+step shifts them all at once: ``SR`` is valid only over exactly the cells
+still to shift, which only a send_recv request has, and no other step applies
+to such a request, so its one program is its default. It is no step op
+(:data:`OPS`): the enumerations and the searches never offer it.
+
 Besides the semantics this module enumerates every program within a bound and
 counts them exactly; the explicit cost searches the Z3 encoding is held to
 live in ``solver/topn.py`` and ``solver/pipelined.py``, the tests' Dijkstra
@@ -24,19 +31,21 @@ from functools import lru_cache
 from math import comb
 from typing import Iterator
 
-from p2synth.hierarchies.program import Collective
+from p2synth.hierarchies.program import STEP_OPS, Collective
 
-OPS: tuple[Collective, ...] = tuple(Collective)
+OPS: tuple[Collective, ...] = STEP_OPS  # send_recv is no step op: its only program is its default
 
 
 @dataclass(frozen=True, order=True)
 class AbstractState:
-    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted, P still to exchange (all_to_all)."""
+    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted, P still to exchange (all_to_all), R still to
+    shift (send_recv)."""
 
     X: int
     Y: int
     Z: int
     P: int = 0
+    R: int = 0
 
 
 def start_state(collective: Collective, num_cells: int) -> AbstractState:
@@ -48,6 +57,8 @@ def start_state(collective: Collective, num_cells: int) -> AbstractState:
         return AbstractState(full, 0, full)  # only the root is active and holds everything
     if collective is Collective.ALL_TO_ALL:
         return AbstractState(full, 0, 0, full)  # no cell exchanged yet, nothing to sum
+    if collective is Collective.SEND_RECV:
+        return AbstractState(full, 0, 0, 0, full)  # nothing shifted yet, nothing to sum
     return AbstractState(0, 0, 0)
 
 
@@ -58,7 +69,7 @@ def is_goal(collective: Collective, state: AbstractState, num_cells: int) -> boo
         return state == AbstractState(full, full, 0)
     if collective is Collective.REDUCE:
         return state.X == full and state.Y == 0
-    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast, all_to_all (every cell exchanged)
+    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast, all_to_all, send_recv (all moved)
 
 
 def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
@@ -66,6 +77,10 @@ def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
     if S == 0:
         return None
     X, Y, Z, P = state.X, state.Y, state.Z, state.P
+    if op is Collective.SEND_RECV:  # a shift moves every cell still to shift at once
+        return AbstractState(X, Y, Z, P) if S == state.R else None
+    if state.R:
+        return None  # a send_recv request's one step is its shift
     untouched = S & X == 0
     if op is Collective.ALL_REDUCE:
         return AbstractState(X | S, Y, Z, P) if untouched else None
@@ -114,6 +129,10 @@ def successors(state: AbstractState, num_cells: int) -> Iterator[tuple[Collectiv
 
 def enumerate_programs(collective: Collective, num_cells: int, max_steps: int) -> Iterator[tuple[tuple[Collective, int], ...]]:
     """Every valid program of at most `max_steps` steps, as tuples of (op, slice mask)."""
+    if collective is Collective.SEND_RECV:  # its one program: the shift over every cell
+        if max_steps >= 1 and num_cells >= 1:
+            yield ((Collective.SEND_RECV, (1 << num_cells) - 1),)
+        return
 
     def walk(state: AbstractState, prefix: tuple, depth: int) -> Iterator[tuple]:
         if is_goal(collective, state, num_cells):
@@ -142,6 +161,8 @@ _U, _S, _SS, _SR, _P = range(5)
 
 @lru_cache(maxsize=None)
 def _count(collective: Collective, C: int, K: int) -> int:
+    if collective is Collective.SEND_RECV:
+        return int(C >= 1 and K >= 1)  # its one program (see enumerate_programs)
     start = {
         Collective.ALL_GATHER: (0, 0, C, 0, 0),
         Collective.BROADCAST: (0, 0, 0, C, 0),

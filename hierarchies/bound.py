@@ -12,7 +12,9 @@ must send out, by the collective's definition, ``need(l)`` bytes:
 
 * all_reduce ``2 (1 - 1/u) M``; reduce_scatter and all_gather ``(1 - 1/u) M``
   (``M`` the whole buffer, all_gather's output); reduce and broadcast ``M``;
-  all_to_all ``G (1 - 1/u) M`` (each member's chunks for the other units).
+  all_to_all ``G (1 - 1/u) M`` (each member's chunks for the other units);
+  send_recv ``M`` (a shift: one member of the group, the wrap-around of the
+  axis's digits inside the unit, sends its whole buffer out).
 
 A unit's members send over every level at or outside ``l`` the request spans
 (an outer level joins them to units of other parents), each device at
@@ -27,6 +29,10 @@ cut (at most 1: its periods count the traffic of ``P`` consecutive steps; see
 :func:`pipelined_factor`), but its level floor has no latency in it. So the
 bound is the larger of the latency floor plus the largest ``pipelined(l)`` x
 cut, and the largest cut: at large messages the cut itself.
+
+A send_recv runs as one step whose pairs cross their levels at once, each
+paying its own level's latency: its latency floor is the least latency of the
+levels it spans, and it is never pipelined (factor 1).
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ def need_bytes(collective: Collective, units: int, members: int, message_bytes: 
         Collective.REDUCE: 1.0,
         Collective.BROADCAST: 1.0,
         Collective.ALL_TO_ALL: members * away,
+        Collective.SEND_RECV: 1.0,
     }[collective]
 
 
@@ -118,7 +125,7 @@ def pipelined_factor(collective: Collective, cells_out: int, cells: int) -> floa
     adjacent, or a step between them moves another cell and multiplies the
     bytes of one of them by its factor (docs/model.md, "Lower bound").
     """
-    if cells_out <= 1:
+    if cells_out <= 1 or collective is Collective.SEND_RECV:  # a shift is one step, never pipelined
         return 1.0
     touches = TOUCHES.get(collective, 1)
     n_l, n = touches * cells_out, touches * cells
@@ -131,10 +138,12 @@ def pipelined_factor(collective: Collective, cells_out: int, cells: int) -> floa
 
 def latency_floor(h: Hierarchy, collective: Collective, levels: list[int]) -> float:
     """One latency of every level the request spans: each is spanned by some step, and both cost models charge a
-    step at least one latency per level it spans. Under Open MPI the simulator's coll/han steps (all_reduce,
+    step at least one latency per level it spans (a send_recv: the least of them, see the module docstring). Under Open MPI the simulator's coll/han steps (all_reduce,
     reduce, broadcast across hosts) charge none inside a host, so only the outermost level counts there."""
     if not levels:
         return 0.0
+    if collective is Collective.SEND_RECV:  # one step, each pair paying its own level's latency
+        return min(h.links[l].latency for l in levels)
     if h.library is CollectiveLibrary.OPEN_MPI and collective in (Collective.ALL_REDUCE, Collective.REDUCE,
                                                                    Collective.BROADCAST):
         return h.links[min(levels)].latency

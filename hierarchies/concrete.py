@@ -4,7 +4,10 @@ It simulates every device: an ``active`` flag and a map chunk -> contribution
 set (which devices' inputs are summed into that chunk, as a bitmask over
 ranks). For an all_to_all request a chunk is addressed instead: its id is the
 destination's reduced coordinate followed by the source's, and its value the
-source's rank bit; chunks are moved, never summed. It knows nothing of the
+source's rank bit; chunks are moved, never summed. For a send_recv request
+(a shift) every device starts with its own contribution in every chunk and
+must end with its predecessor's on the axis (member ``i - 1 mod n`` of its
+group, members in chunk order), chunk for chunk. It knows nothing of the
 abstract cell statuses; it is the independent check every reported program
 must pass.
 """
@@ -98,6 +101,9 @@ class ConcreteChecker:
                 want = {k: 1 << root for k in self.all_chunks}
             elif col is Collective.ALL_TO_ALL:  # one chunk from each member, each addressed to r
                 want = {self.coord[r] + self.coord[m]: 1 << m for m in self.members[r]}
+            elif col is Collective.SEND_RECV:  # the predecessor's whole buffer
+                members = self.members[r]
+                want = {k: 1 << members[members.index(r) - 1] for k in self.all_chunks}
             else:  # reduce: only the root is held to the goal
                 if r != root:
                     continue
@@ -124,6 +130,10 @@ class ConcreteChecker:
         if (step.op is Collective.ALL_TO_ALL) != (self.request.collective is Collective.ALL_TO_ALL):
             raise InvalidStep("all_to_all moves addressed chunks: it only applies to, and is the only step of, "
                               "an all_to_all request")
+        if (step.op is Collective.SEND_RECV) != (self.request.collective is Collective.SEND_RECV):
+            raise InvalidStep("send_recv is a shift: it only applies to, and is the only step of, a send_recv request")
+        if step.op is Collective.SEND_RECV and len(step.slice) != len(self.cells):
+            raise InvalidStep("send_recv shifts along the whole axis: its slice is every cell of it")
         for members in self.groups(step):
             self._apply_group(states, step, members, idx)
 
@@ -143,6 +153,13 @@ class ConcreteChecker:
             raise InvalidStep(f"{op.value} on a group with inactive members")
         if op is Collective.ALL_TO_ALL:
             self._exchange(states, members, idx)
+            return
+        if op is Collective.SEND_RECV:  # member i's buffer to member i + 1 (mod the group size)
+            if any(s.chunks != {k: 1 << m for k in self.all_chunks} for m, s in zip(members, sts)):
+                raise InvalidStep("send_recv sends each member's own input, once")
+            held = [dict(s.chunks) for s in sts]
+            for i, m in enumerate(members):
+                states[m] = DeviceState(True, held[i - 1])
             return
         if op is Collective.ALL_GATHER:
             keys = [set(s.chunks) for s in sts]

@@ -20,6 +20,12 @@ class Collective(str, Enum):
     The first five move partial sums; ``ALL_TO_ALL`` moves addressed chunks
     (every member sends a distinct chunk to every other member) and is never
     mixed with them: an all_to_all request's programs are all_to_all steps only.
+    These six are the *step ops* (:data:`STEP_OPS`) that synthesis chooses among.
+
+    ``SEND_RECV`` is a request, never a step op of a synthesized program: a
+    cyclic shift along one axis, member ``i`` sending its whole buffer to member
+    ``(i + 1) mod n`` (docs/workloads.md, "Point-to-point: send_recv"). Its
+    program space is one program, its default: one step over the axis's cells.
     """
 
     ALL_REDUCE = "all_reduce"
@@ -28,6 +34,7 @@ class Collective(str, Enum):
     REDUCE = "reduce"
     BROADCAST = "broadcast"
     ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"
 
     def __str__(self) -> str:
         return self.value
@@ -45,7 +52,15 @@ _SHORT = {
     Collective.REDUCE: "R",
     Collective.BROADCAST: "B",
     Collective.ALL_TO_ALL: "A2A",
+    Collective.SEND_RECV: "SR",
 }
+
+STEP_OPS: tuple[Collective, ...] = (
+    Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.REDUCE, Collective.BROADCAST,
+    Collective.ALL_TO_ALL,
+)
+"""The collectives a synthesized program's steps choose among (the Z3 sketch, the abstract and dense state spaces,
+the cost models' op codes): every collective but ``SEND_RECV``, whose only program is its default."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
-from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
+from p2synth.hierarchies.program import STEP_OPS, Collective, Program, RawProgram, Request, to_raw
 from p2synth.hierarchies.abstract import AbstractState, apply, start_state
 
 
@@ -53,7 +53,7 @@ class PyAlgebra:
 
 PY = PyAlgebra()
 
-OP_CODES: dict[Collective, int] = {op: i for i, op in enumerate(Collective)}  # op of ArrayAlgebra cases
+OP_CODES: dict[Collective, int] = {op: i for i, op in enumerate(STEP_OPS)}  # op of ArrayAlgebra cases
 
 
 class ArrayAlgebra:
@@ -214,19 +214,23 @@ def step_shape(alg: Algebra, placement: Placement, request: Request, S: Sequence
 
 
 def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Sequence[Any], Z: Sequence[Any],
-               factors: Sequence[int], levels: Sequence[int], spread_over_group: bool = True) -> Any:
+               factors: Sequence[int], levels: Sequence[int], spread_over_group: bool = True,
+               one_sender: bool = False) -> Any:
     """Seconds to push `volume` bytes per group member across level `l`'s fabric.
 
     Per device: ``volume / bandwidth``, divided among the ``g`` members of a
     group inside one level-``l`` unit when the traffic spreads over them
     (`spread_over_group`, as multi-ring schedules do). With a shared uplink:
     the ``A/g`` groups crossing one unit at once (``A`` its active devices)
-    share ``uplink``. The slower of the two.
+    share ``uplink``. The slower of the two. `one_sender`: `volume` is what
+    one member of each group sends out of the unit (a shift's wrap-around,
+    :func:`shift_traffic`): that member alone carries it at its bandwidth, and
+    the unit's ``A/g`` groups share the uplink as for spread traffic.
     """
     link = placement.hierarchy.links[l]
     inner = [i for i, lv in enumerate(levels) if lv > l]
     per_device = volume * (1.0 / link.bandwidth)
-    if spread_over_group:
+    if spread_over_group and not one_sender:
         for i in inner:
             per_device = alg.ite(S[i], per_device * (1.0 / factors[i]), per_device)
     if link.uplink is None:
@@ -236,7 +240,7 @@ def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Seque
         # a slice cell spreads the traffic over the members (multi-ring); a rooted cell outside the
         # slice idles all but 1/f of the unit's devices. A rooted cell inside the slice (a broadcast's
         # own cells) is neither: its groups are active and every member receives.
-        spread = shared * (1.0 / factors[i]) if spread_over_group else shared
+        spread = shared * (1.0 / factors[i]) if spread_over_group or one_sender else shared
         shared = alg.ite(S[i], spread, alg.ite(Z[i], shared * (1.0 / factors[i]), shared))
     return alg.ite(shared > per_device, shared, per_device)
 
@@ -273,6 +277,36 @@ def _slice_product(alg: Algebra, shape: StepShape, S: Sequence[Any], keep) -> An
         if keep(lv):
             k = alg.ite(s, k * p, k)
     return k
+
+
+def shift_traffic(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
+    """Per level, the seconds a send_recv (a shift along one axis, member ``i`` to ``i + 1``) keeps it busy (0 off
+    the levels the axis spans).
+
+    The pairs whose outermost differing level is ``l`` are the wrap-arounds of
+    the axis's digits inside ``l``: one sender per group leaves each level-``l``
+    unit, with the whole buffer ``m``. So the unit's uplink is shared by its
+    ``A / g`` senders (``g`` the product of the axis's factors inside ``l``)
+    and each sender has its own link: :func:`level_time` with `one_sender`
+    (docs/model.md, "Point-to-point").
+    """
+    return [alg.ite(shape.spans[l], level_time(alg, placement, l, shape.m, S, Z, shape.factors, shape.levels,
+                                               one_sender=True), 0.0)
+            if any(lv == l for lv in shape.levels) else 0.0
+            for l in range(len(placement.hierarchy.levels))]
+
+
+def shift_time(alg: Algebra, placement: Placement, shape: StepShape, traffic: Sequence[Any],
+               two_way: Sequence[float] | None = None) -> Any:
+    """Seconds of a send_recv, in both cost models: the slowest spanned level's latency plus its
+    :func:`shift_traffic` (times `two_way[l]` where each device sends and receives at once: the simulator)."""
+    h = placement.hierarchy
+    worst = 0.0
+    for l in range(len(h.levels)):
+        if any(lv == l for lv in shape.levels):
+            t = h.links[l].latency + traffic[l] * (1.0 if two_way is None else two_way[l])
+            worst = alg.ite(shape.spans[l], alg.ite(t > worst, t, worst), worst)
+    return worst
 
 
 def step_volume(alg: Algebra, op: Any, shape: StepShape) -> Any:
@@ -324,6 +358,8 @@ def step_traffic(alg: Algebra, placement: Placement, request: Request, message_b
     with this (the alpha-beta traffic of :func:`level_traffic`).
     """
     shape = step_shape(alg, placement, request, S, Y, message_bytes)
+    if request.collective is Collective.SEND_RECV:
+        return shift_traffic(alg, placement, shape, S, Z)
     return level_traffic(alg, placement, op, shape, S, Z, request.collective is Collective.ALL_TO_ALL)
 
 
@@ -471,6 +507,9 @@ class AlphaBeta:
       and its time is at least its own traffic, above the ring's, so a
       pipelined program's period bound stays valid.
     * all_to_all: :func:`all_to_all_time` (latency per peer, no spreading).
+    * send_recv (a request's one step, never pipelined): :func:`shift_time` of
+      :func:`shift_traffic`, the slowest spanned level's latency plus the
+      whole buffer at the rate its one sender per group gets there.
 
     On one of ``pieces`` pieces (a pipelined program's steps) a step keeps its
     latencies and carries ``1/pieces`` of each level's traffic: its time is
@@ -508,6 +547,10 @@ class AlphaBeta:
 
     def on_piece(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> tuple[Any, list[Any]]:
         """(seconds, per-level traffic) of one step on one piece: :meth:`step_time` and :meth:`traffic` at once."""
+        if self.request.collective is Collective.SEND_RECV:  # its one step; not split: the search never sees it
+            shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes / self.pieces)
+            traffic = shift_traffic(alg, self.placement, shape, S, Z)
+            return shift_time(alg, self.placement, shape, traffic), traffic
         split = self.split(alg, op, S, Y, Z)
         return piece_seconds(alg, split, self.pieces), [t / self.pieces for t in split.traffic]
 

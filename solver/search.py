@@ -30,7 +30,7 @@ from enum import Enum
 from p2synth.hierarchies.abstract import count_programs
 from p2synth.hierarchies.bound import lower_bound
 from p2synth.hierarchies.placement import Placement
-from p2synth.hierarchies.program import Program, RawProgram, Request, default_program, to_program, to_raw
+from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, default_program, to_program, to_raw
 from p2synth.hierarchies.statespace import state_space, statuses
 from p2synth.hierarchies.verify import verifier
 from p2synth.encodings.deadline import Deadline
@@ -171,6 +171,8 @@ def solve(
         empty = Ranked(Program(()), 0.0, (), True)
         return Solution(placement, request, message_bytes, empty, (empty,), 1, True)
     default = _rank(default_program(placement, request), placement, request, models, signature, memo)
+    if request.collective is Collective.SEND_RECV:  # a shift's one program is its default: nothing to search
+        return Solution(placement, request, message_bytes, default, (default,), 1, True)
     pieces = tuple(sorted(set(pieces) | {1}))
     key = (signature, max_steps, top, proof, pieces)
     if key not in memo.rankings:

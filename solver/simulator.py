@@ -15,6 +15,11 @@ the emulated cluster call for (see ``docs/simulator.md``):
   collective on a sub-communicator, measured on the runtime;
 * all_to_all: pairwise exchange, one message per peer (``solver.cost.all_to_all_time``,
   shared with AlphaBeta), plus the per-step overhead;
+* send_recv (a shift along one axis): ``solver.cost.shift_time``, shared
+  with AlphaBeta (per spanned level its latency plus the whole buffer at the
+  rate of the one sender per group that crosses it), each level's transfer
+  times its two-way factor (every device sends and receives at once), plus
+  the per-step overhead;
 * flat groups: one collective over a group spanning several levels runs
   rank-order recursive halving / doubling (Open MPI's Rabenseifner), so every
   member's outer rounds cross the outer links, shared by the unit's devices
@@ -48,8 +53,8 @@ from typing import Any
 from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
-from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, step_shape,
-                                 step_traffic)
+from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
+                                 shift_traffic, step_shape, step_traffic)
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -226,6 +231,11 @@ class Simulator:
         shape = step_shape(alg, self.placement, self.request, S, Y, self.message_bytes)
         if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
             return all_to_all_time(alg, self.placement, shape, S, Z) + (h.step_overhead_us or 0.0) * 1e-6
+        # Bandwidth-optimal schedules exchange: both directions of each link carry data at once.
+        two_way = [1.0 / (lv.duplex_efficiency or 1.0) for lv in h.levels]
+        if self.request.collective is Collective.SEND_RECV:  # its one step: every device sends and receives at once
+            traffic = shift_traffic(alg, self.placement, shape, S, Z)
+            return shift_time(alg, self.placement, shape, traffic, two_way) + (h.step_overhead_us or 0.0) * 1e-6
         factors, levels = shape.factors, shape.levels
         m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
 
@@ -243,9 +253,6 @@ class Simulator:
                     m_outer[l] = alg.ite(s, m_outer[l] * (1.0 / p), m_outer[l])
                 else:
                     m_inner[l] = alg.ite(s, m_inner[l] * p, m_inner[l])
-
-        # Bandwidth-optimal schedules exchange: both directions of each link carry data at once.
-        two_way = [1.0 / (lv.duplex_efficiency or 1.0) for lv in h.levels]
 
         def transfer(volume: Any, crossing=None) -> Any:
             """Seconds to move `volume` bytes per member across the slowest spanned level

@@ -121,7 +121,7 @@ _UNION_TAGS = {"hierarchy": {"by-name", "by-system", "explicit"}, "placements": 
 
 
 class RequestSpec(BaseModel):
-    """One reduction: a collective over one or more axes."""
+    """One reduction: a collective over one or more axes (a send_recv, a shift: exactly one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -301,6 +301,9 @@ def _resolve_request(req: RequestSpec, axes: tuple[Axis, ...], field: str) -> Re
         raise SpecError([f"{field}.axes: unknown axis {quote(unknown[0])}; known axes: {_listing(names)}"])
     if len(set(req.axes)) != len(req.axes):
         raise SpecError([f"{field}.axes: an axis is named twice; name each once"])
+    if req.collective is Collective.SEND_RECV and len(req.axes) != 1:
+        raise SpecError([f"{field}.axes: send_recv shifts along exactly one axis, not {len(req.axes)}; "
+                         "name one axis (one send_recv request per axis)"])
     return Request(frozenset(names.index(a) for a in req.axes), req.collective)
 
 
