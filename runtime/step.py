@@ -586,7 +586,7 @@ def preamble(doc: dict) -> list[str]:
     lines = [
         f"# p2synth step: {doc['ranks']} ranks, backend {doc['backend']}, {doc['mpi']}, MPI thread level {doc['mpi_thread_level']}",
         f"# {step['schedule']}, {doc['stages']} stage(s), {step['microbatches']} microbatches, {step['layers']} layers, "
-        f"tensor {doc['tensor']}; activations {doc['activation_bytes']} B a send",
+        f"tensor {doc['tensor']}; " + (f"activations {doc['activation_bytes']} B a send" if doc["stages"] > 1 else "no pipeline sends"),
         "# pipeline wait = blocked on pipeline receives and sends (bubble and exposed sends); predicted: pipeline_comm_s + bubble_s",
     ]
     if not doc["gradient_overlap"]:
