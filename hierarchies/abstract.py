@@ -11,10 +11,11 @@ reducing step applies to it, and a reducing request never has a cell to
 exchange, so no all_to_all step applies to it. Validity depends only on which
 cells exist, never on their sizes.
 
-A send_recv request (a shift along one axis) starts as an all_to_all does,
-every cell still to move, and its one step moves them all at once: ``SR`` is
-valid only over every cell still to move, and only in a send_recv request
-(:func:`run`), so its one program is its default. It is no step op
+A send_recv request (a shift along one axis) starts with every cell summed
+(nothing to sum, as for all_gather) and *still to shift* (``R``), and its one
+step shifts them all at once: ``SR`` is valid only over exactly the cells
+still to shift, which only a send_recv request has, and no other step applies
+to such a request, so its one program is its default. It is no step op
 (:data:`OPS`): the enumerations and the searches never offer it.
 
 Besides the semantics this module enumerates every program within a bound and
@@ -37,12 +38,14 @@ OPS: tuple[Collective, ...] = STEP_OPS  # send_recv is no step op: its only prog
 
 @dataclass(frozen=True, order=True)
 class AbstractState:
-    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted, P still to exchange (all_to_all)."""
+    """Bitmasks over reduced cells: X summed, Y scattered, Z rooted, P still to exchange (all_to_all), R still to
+    shift (send_recv)."""
 
     X: int
     Y: int
     Z: int
     P: int = 0
+    R: int = 0
 
 
 def start_state(collective: Collective, num_cells: int) -> AbstractState:
@@ -52,8 +55,10 @@ def start_state(collective: Collective, num_cells: int) -> AbstractState:
         return AbstractState(full, full, 0)  # each device owns one chunk: nothing left to sum
     if collective is Collective.BROADCAST:
         return AbstractState(full, 0, full)  # only the root is active and holds everything
-    if collective in (Collective.ALL_TO_ALL, Collective.SEND_RECV):
-        return AbstractState(full, 0, 0, full)  # no cell exchanged (shifted) yet, nothing to sum
+    if collective is Collective.ALL_TO_ALL:
+        return AbstractState(full, 0, 0, full)  # no cell exchanged yet, nothing to sum
+    if collective is Collective.SEND_RECV:
+        return AbstractState(full, 0, 0, 0, full)  # nothing shifted yet, nothing to sum
     return AbstractState(0, 0, 0)
 
 
@@ -64,7 +69,7 @@ def is_goal(collective: Collective, state: AbstractState, num_cells: int) -> boo
         return state == AbstractState(full, full, 0)
     if collective is Collective.REDUCE:
         return state.X == full and state.Y == 0
-    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast, all_to_all (every cell exchanged)
+    return state == AbstractState(full, 0, 0)  # all_reduce, all_gather, broadcast, all_to_all, send_recv (all moved)
 
 
 def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
@@ -72,6 +77,10 @@ def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
     if S == 0:
         return None
     X, Y, Z, P = state.X, state.Y, state.Z, state.P
+    if op is Collective.SEND_RECV:  # a shift moves every cell still to shift at once
+        return AbstractState(X, Y, Z, P) if S == state.R else None
+    if state.R:
+        return None  # a send_recv request's one step is its shift
     untouched = S & X == 0
     if op is Collective.ALL_REDUCE:
         return AbstractState(X | S, Y, Z, P) if untouched else None
@@ -83,8 +92,6 @@ def apply(state: AbstractState, op: Collective, S: int) -> AbstractState | None:
         return AbstractState(X, Y & ~S, Z, P) if S & ~Y == 0 else None
     if op is Collective.ALL_TO_ALL:  # every cell of S not yet exchanged; leaves them exchanged
         return AbstractState(X, Y, Z, P & ~S) if S & ~P == 0 else None
-    if op is Collective.SEND_RECV:  # a shift moves every cell still to move at once
-        return AbstractState(X, Y, Z, 0) if S == P else None
     # broadcast
     return AbstractState(X, Y, Z & ~S, P) if S & ~Z == 0 else None
 
@@ -93,8 +100,6 @@ def run(collective: Collective, num_cells: int, steps: list[tuple[Collective, in
     """Final abstract state of a program given as (op, slice mask) pairs; None if a step is invalid."""
     state = start_state(collective, num_cells)
     for op, S in steps:
-        if (op is Collective.SEND_RECV) != (collective is Collective.SEND_RECV):
-            return None  # a shift is the one step of a send_recv request, and appears in no other
         state = apply(state, op, S)
         if state is None:
             return None

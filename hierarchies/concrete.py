@@ -132,6 +132,8 @@ class ConcreteChecker:
                               "an all_to_all request")
         if (step.op is Collective.SEND_RECV) != (self.request.collective is Collective.SEND_RECV):
             raise InvalidStep("send_recv is a shift: it only applies to, and is the only step of, a send_recv request")
+        if step.op is Collective.SEND_RECV and len(step.slice) != len(self.cells):
+            raise InvalidStep("send_recv shifts along the whole axis: its slice is every cell of it")
         for members in self.groups(step):
             self._apply_group(states, step, members, idx)
 
@@ -153,6 +155,8 @@ class ConcreteChecker:
             self._exchange(states, members, idx)
             return
         if op is Collective.SEND_RECV:  # member i's buffer to member i + 1 (mod the group size)
+            if any(s.chunks != {k: 1 << m for k in self.all_chunks} for m, s in zip(members, sts)):
+                raise InvalidStep("send_recv sends each member's own input, once")
             held = [dict(s.chunks) for s in sts]
             for i, m in enumerate(members):
                 states[m] = DeviceState(True, held[i - 1])

@@ -2,13 +2,14 @@
 
 A backend allocates buffers (float32 for timed runs, uint64 for check runs),
 copies host data in and out, repacks chunks locally, and turns an MPI sub-communicator into a :class:`GroupComm`
-with the six collectives. Every group call takes a source and a destination
+with the six collectives and the shift (``send_recv``: member ``i`` to member
+``i + 1 mod n``). Every group call takes a source and a destination
 buffer; passing the same object for both means in place. The root of every
 rooted call is position 0 of the group (the member with zero slice digits).
 
 * ``numpy``: host arrays and mpi4py's buffer methods (``Allreduce``,
   ``Reduce_scatter_block``, ``Allgather``, ``Reduce``, ``Bcast``,
-  ``Alltoall``), never the pickle-based lower-case calls; a pipelined
+  ``Alltoall``, ``Sendrecv``), never the pickle-based lower-case calls; a pipelined
   program's steps use their non-blocking forms (``Iallreduce``, ...). Always
   available.
 * ``cupy``: device arrays and ``cupy.cuda.nccl``, one GPU per rank
@@ -59,7 +60,7 @@ class CupyMissing(BackendUnavailable):
 
 
 class GroupComm(Protocol):
-    """The six collectives over one group of ranks; position 0 is the root."""
+    """The six collectives and the shift over one group of ranks; position 0 is the root."""
 
     def all_reduce(self, src: Any, dst: Any) -> None:
         """Element-wise sum over the group, into every member's `dst`."""
@@ -78,6 +79,10 @@ class GroupComm(Protocol):
 
     def all_to_all(self, src: Any, dst: Any) -> None:
         """Block j of every member's `src` to member j, into block i of `dst` for the block from member i."""
+
+    def send_recv(self, src: Any, dst: Any, step: int = 1) -> None:
+        """`src` to member ``i + step`` (mod the group size), `dst` from member ``i - step``: a shift (`step` -1 only
+        for the wrong-neighbour fault). Out of place."""
 
     def free(self) -> None:
         """Release the group's resources."""
@@ -194,8 +199,31 @@ class MpiGroup:
         call = self.comm.Ialltoall if nonblocking else self.comm.Alltoall
         return call(src, dst)
 
+    def send_recv(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False, step: int = 1) -> MPI.Request | None:
+        """`src` to member ``i + step``, `dst` from member ``i - step`` (mod the group size; out of place):
+        ``Sendrecv``, or ``Isend`` and ``Irecv`` with one request for both."""
+        n, me = self.comm.Get_size(), self.comm.Get_rank()
+        to, frm = (me + step) % n, (me - step) % n
+        if not nonblocking:
+            self.comm.Sendrecv(src, dest=to, sendtag=SHIFT_TAG, recvbuf=dst, source=frm, recvtag=SHIFT_TAG)
+            return None
+        return _Both(self.comm.Irecv(dst, source=frm, tag=SHIFT_TAG), self.comm.Isend(src, dest=to, tag=SHIFT_TAG))
+
     def free(self) -> None:
         """Nothing to release: the executor frees the MPI sub-communicator."""
+
+
+SHIFT_TAG = 25  # the MPI tag of send_recv's messages (point-to-point on the group's own communicator)
+
+
+class _Both:
+    """The non-blocking send_recv's pending: its receive and its send, done when both are (``Wait``)."""
+
+    def __init__(self, *requests: MPI.Request):
+        self.requests = list(requests)
+
+    def Wait(self) -> None:  # noqa: N802 (an MPI.Request's name, as HostLane.wait calls it)
+        MPI.Request.Waitall(self.requests)
 
 
 class HostLane:

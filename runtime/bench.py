@@ -57,7 +57,7 @@ from p2synth.runtime.job import (
     mpi_version,
     RankZeroParser,
     run_guarded,
-    start_job,
+    start_command,
 )
 from p2synth.runtime.layout import Role
 from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
@@ -154,14 +154,10 @@ def main(argv: list[str] | None = None, data: DataFactory = tagged_data) -> int:
 
 
 def _main(argv: list[str] | None, world: MPI.Intracomm, data: DataFactory) -> int:
-    def load():
-        args = parse_args(argv)
-        return args, prepare(args, world)
-
-    started = start_job(world, load, lambda loaded: loaded[0].backend)
+    started = start_command(world, argv, parse_args, prepare)
     if started is None:
         return EXIT_USAGE
-    (args, job), backend = started
+    args, job, backend = started
     results: list[Result] | list[InjectResult]
     if job.inject is not None:
         results = inject_sweep(job, backend, world, data)

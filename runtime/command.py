@@ -5,10 +5,11 @@
     mpiexec -n N p2synth bench PLAN ...   mpiexec -n N python -m runtime.bench PLAN ...
     mpiexec -n N p2synth tune PLAN ...    mpiexec -n N python -m runtime.tune PLAN ...
     mpiexec -n N p2synth validate TUNED ...   mpiexec -n N python -m runtime.validate TUNED ...
+    mpiexec -n N p2synth step PLAN ...    mpiexec -n N python -m runtime.step PLAN ...
 
 The ``python -m`` forms work from a checkout of the repository; the command
 works wherever the package is installed. A subcommand's module is imported
-only when it is chosen, so ``p2synth bench`` and ``p2synth tune`` never load
+only when it is chosen, so ``p2synth bench``, ``tune``, ``validate`` and ``step`` never load
 Z3 or the solver (the runtime's rule), and ``p2synth solve`` never loads MPI
 unless the sweep runs under ``mpiexec``. Exit codes are the subcommand's; 2
 for an unknown or missing subcommand.
@@ -32,6 +33,7 @@ class Subcommand(str, Enum):
     BENCH = "p2synth.runtime.bench"
     TUNE = "p2synth.runtime.tune"
     VALIDATE = "p2synth.runtime.validate"
+    STEP = "p2synth.runtime.step"
 
     @property
     def label(self) -> str:

@@ -43,6 +43,13 @@ indices ``k * chunk ..`` (its *destination*) in the index field and ``t(r)``
 the chunk of member ``i`` addressed to ``q``: a chunk with the wrong
 destination (or from another group, or misplaced inside the chunk) has the
 wrong index field, one from the wrong source the wrong rank field.
+
+For send_recv (a shift along one axis) nothing is summed either: every rank's
+input is tagged as above (the members of one group share the index field,
+element by element, and differ in the rank field), and member ``i`` must end
+with member ``i - 1``'s input (mod the group size), element for element: a
+misplaced element has the wrong index field, a wrong neighbour's buffer the
+wrong rank field.
 """
 
 from __future__ import annotations
@@ -157,7 +164,8 @@ class TaggedData:
         return self._values(0, self.count, tag, 1)
 
     def expected(self) -> np.ndarray | None:
-        """The exact output of this rank: the group sum, its chunk of it, the owners' chunks, the chunks addressed to it, or the root's input.
+        """The exact output of this rank: the group sum, its chunk of it, the owners' chunks, the chunks addressed to it,
+        the predecessor's input (send_recv), or the root's input.
 
         Only the root is checked after a reduce (the others' buffers are undefined).
         """
@@ -175,6 +183,8 @@ class TaggedData:
         if col is Collective.ALL_TO_ALL:  # place k: member k's chunk addressed to this rank
             start = group.position * self.chunk
             return np.concatenate([self._values(start, start + self.chunk, rank_tag(m), 1) for m in group.members])
+        if col is Collective.SEND_RECV:  # the predecessor's input
+            return self._values(0, self.count, rank_tag(group.members[group.position - 1]), 1)
         return self._values(0, self.count, rank_tag(group.root), 1)  # broadcast
 
 

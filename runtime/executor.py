@@ -45,7 +45,7 @@ from p2synth.hierarchies.placement import Cell, Placement
 from p2synth.hierarchies.program import Collective, Program, Request
 from p2synth.runtime.backends import Backend, GroupComm, Lane
 from p2synth.runtime.data import DTYPE, recv_count, send_count
-from p2synth.runtime.faults import Call, Fault, FaultKind, faulty_exchange
+from p2synth.runtime.faults import BackwardShift, Call, Fault, FaultKind, faulty_exchange
 from p2synth.runtime.layout import Role, assign_buffers
 
 
@@ -310,7 +310,8 @@ class Executor:
                     hit, self.backend, src, dst, op=op, blocks=self.placement.group_size(cells),
                     chunk=chunk, reads_input=src_role in (Role.SEND, Role.PIECES_IN), rank=self.world.Get_rank(),
                 )
-                steps.append(StepCalls(tuple(local) + struck.before, self._groups[cells], op, struck.src, struck.dst, struck.after))
+                group = BackwardShift(self._groups[cells]) if hit.kind is FaultKind.WRONG_NEIGHBOUR else self._groups[cells]
+                steps.append(StepCalls(tuple(local) + struck.before, group, op, struck.src, struck.dst, struck.after))
             local = []
             if op is Collective.REDUCE:
                 rooted |= set(cells)

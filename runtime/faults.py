@@ -24,6 +24,17 @@ makes the same collective calls (a fault never deadlocks the job). The kinds:
   whose buffer sizes depend on it), else, for the other collectives, the first
   other set. Ranks skip or run it by the same rule as a correct step, applied
   to the slice actually run.
+* ``wrong-neighbour``: at the first send_recv step (a shift, member ``i`` to
+  member ``i + 1``) over groups of three members or more, every rank sends to
+  its predecessor instead and receives from its successor (with two members
+  the two are the same rank, so the fault would change nothing).
+
+On a send_recv request (its one step over the axis's cells) the kinds that
+apply are ``swap-chunks`` (rank 0 holds every chunk: its successor receives
+them swapped), ``wrong-slice`` where the axis spans two levels or more (the
+shift runs inside a smaller or another group: wrong neighbours) and
+``wrong-neighbour`` where the axis has three members or more; nothing is
+summed, repacked or split into blocks, so the other kinds do not apply.
 
 Rank 0 is active at every step and the root of every group, so a fault on it
 always reaches a checked output. A kind that has nowhere to strike in a
@@ -64,6 +75,7 @@ class FaultKind(str, Enum):
     DROP_CONTRIBUTION = "drop-contribution"
     DOUBLE_CONTRIBUTION = "double-contribution"
     WRONG_SLICE = "wrong-slice"
+    WRONG_NEIGHBOUR = "wrong-neighbour"
 
     def __str__(self) -> str:
         return self.value
@@ -81,6 +93,7 @@ _NEEDS = {
     FaultKind.DROP_CONTRIBUTION: "a summing step (all_reduce, reduce_scatter, reduce)",
     FaultKind.DOUBLE_CONTRIBUTION: "a summing step (all_reduce, reduce_scatter, reduce)",
     FaultKind.WRONG_SLICE: "a step with another slice to run over (two reduced cells or more)",
+    FaultKind.WRONG_NEIGHBOUR: "a send_recv step over groups of three members or more",
 }
 
 
@@ -105,6 +118,7 @@ class Fault:
             FaultKind.DROP_CONTRIBUTION: f"rank {VICTIM} contributes zeros",
             FaultKind.DOUBLE_CONTRIBUTION: f"rank {VICTIM} contributes twice",
             FaultKind.WRONG_SLICE: "run over " + ",".join("@".join(placement.cell_name(c)) for c in self.slice),
+            FaultKind.WRONG_NEIGHBOUR: "every rank sends to its predecessor",
         }[self.kind]
         piece = f" in piece {self.piece} of {self.pieces}" if self.pieces > 1 else ""
         return f"at {where}{piece}: {what}"
@@ -135,6 +149,8 @@ def _first_site(kind: FaultKind, placement: Placement, request: Request, plan: L
         if kind is FaultKind.REVERSE_BLOCKS and op in BLOCK_ORDER_OPS:
             return index, ()
         if kind in (FaultKind.DROP_CONTRIBUTION, FaultKind.DOUBLE_CONTRIBUTION) and op in SUMMING_OPS:
+            return index, ()
+        if kind is FaultKind.WRONG_NEIGHBOUR and op is Collective.SEND_RECV and placement.group_size(action.step.slice) >= 3:
             return index, ()
         if kind is FaultKind.WRONG_SLICE:
             other = other_slice(placement, request, action.step.slice, op)
@@ -185,7 +201,7 @@ def faulty_exchange(
         if op is Collective.REDUCE_SCATTER:
             return Struck((lambda: reverse_blocks(src, blocks),), src, dst, (lambda: reverse_blocks(src, blocks),))
         return Struck((), src, dst, (lambda: reverse_blocks(dst, blocks),))
-    if rank != VICTIM or kind is FaultKind.WRONG_SLICE:
+    if rank != VICTIM or kind in (FaultKind.WRONG_SLICE, FaultKind.WRONG_NEIGHBOUR):  # the executor runs these
         return Struck((), src, dst, ())
     if kind is FaultKind.SWAP_CHUNKS:
         swap = lambda: swap_ends(src, chunk)  # noqa: E731
@@ -195,6 +211,25 @@ def faulty_exchange(
         backend.fill(contribution, 0)
         return Struck((), contribution, dst, ())
     return Struck((lambda: double_into(contribution, src),), contribution, dst, ())  # double-contribution
+
+
+class BackwardShift:
+    """A group whose send_recv shifts the wrong way (the wrong-neighbour fault): member ``i`` sends to ``i - 1``.
+    Every other call goes to the group as it is."""
+
+    def __init__(self, group: Any):
+        self.group = group
+
+    def send_recv(self, src: Any, dst: Any, **kwargs: Any) -> Any:
+        """The shift with ``step = -1`` (blocking, non-blocking or on a stream, as asked)."""
+        return self.group.send_recv(src, dst, step=-1, **kwargs)
+
+    def start(self, op: Collective, src: Any, dst: Any) -> Any:
+        """The non-blocking shift (numpy's HostLane starts a pipelined step through this)."""
+        return self.send_recv(src, dst, nonblocking=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.group, name)
 
 
 def swap_ends(buf: Any, chunk: int) -> None:

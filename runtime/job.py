@@ -76,6 +76,18 @@ class RankZeroParser(ArgumentParser):
             super().print_help(file)
 
 
+def start_command(world: MPI.Intracomm, argv: list[str] | None, parse_args: Callable[[list[str] | None], Any],
+                  prepare: Callable[[Any, MPI.Intracomm], Any]) -> tuple[Any, Any, Any] | None:
+    """:func:`start_job` for a command whose arguments name the backend (``args.backend``): parse `argv`, then
+    ``prepare(args, world)``; ``(args, prepared, backend)``, or None when any rank failed (its one line printed)."""
+    def load():
+        args = parse_args(argv)
+        return args, prepare(args, world)
+
+    started = start_job(world, load, lambda loaded: loaded[0].backend)
+    return None if started is None else (*started[0], started[1])
+
+
 def start_job(world: MPI.Intracomm, prepare: Callable[[], Any], backend_kind: Callable[[Any], Any]) -> tuple[Any, Any] | None:
     """The start every runtime command shares: `prepare()` (parse and load, on every rank), then the backend
     named by ``backend_kind(prepared)``; None when any rank failed either (its one line printed, exit 2 due)."""

@@ -4,7 +4,8 @@ The rank's position among the ranks of its node (``COMM_TYPE_SHARED``)
 picks the GPU. Each group's NCCL unique id is made on the group's root and
 broadcast over the group's MPI sub-communicator. NCCL has no all-to-all
 collective: it is one ``send`` and one ``recv`` per member (itself included)
-inside one ``groupStart``/``groupEnd``. Calls are queued on one stream per
+inside one ``groupStart``/``groupEnd``; a send_recv (shift) is one ``send`` to
+the successor and one ``recv`` from the predecessor inside one group call. Calls are queued on one stream per
 rank. A pipelined program queues step ``k`` of every piece on stage stream
 ``k``, ordered by events (:class:`StreamLane`), and launches the steps of
 each wavefront slot inside one NCCL group call
@@ -58,6 +59,7 @@ class NcclGroup:
         self.nccl = nccl
         self.stream = stream.ptr
         self.members = comm.Get_size()
+        self.rank = comm.Get_rank()
         self.comm = nccl.NcclCommunicator(comm.Get_size(), tuple(int(b) for b in uid), comm.Get_rank())
         self.types = {DTYPE: nccl.NCCL_FLOAT32, CHECK_DTYPE: nccl.NCCL_UINT64}
         self.sum = nccl.NCCL_SUM
@@ -97,6 +99,15 @@ class NcclGroup:
             for peer in range(members):
                 self.comm.send(src.data.ptr + peer * step, block, kind, peer, on)
                 self.comm.recv(dst.data.ptr + peer * step, block, kind, peer, on)
+
+    def send_recv(self, src: Any, dst: Any, stream: int | None = None, step: int = 1) -> None:
+        """`src` to member ``i + step``, `dst` from member ``i - step`` (mod the group size): one send and one
+        recv in one NCCL group call (a member may be its own neighbour: a group of one)."""
+        me, on = self.rank, self._on(stream)
+        kind = self.types[src.dtype]
+        with nccl_group(self.nccl):
+            self.comm.send(src.data.ptr, src.size, kind, (me + step) % self.members, on)
+            self.comm.recv(dst.data.ptr, dst.size, kind, (me - step) % self.members, on)
 
     def free(self) -> None:
         """Destroy the NCCL communicator."""

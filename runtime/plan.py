@@ -15,6 +15,7 @@ from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, PlannedProgram
 from p2synth.hierarchies.program import Program, Request
 from p2synth.hierarchies.verify import Verifier
+from p2synth.runtime.data import element_count, index_bits, reduction_group
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,12 @@ class Selection:
     def pieces(self) -> int:
         """What every chunk is cut into so that each candidate gets whole pieces: the lcm of their pipelines (1: none pipelined)."""
         return math.lcm(*(c.program.pipeline for c in self.candidates))
+
+    def check_size(self, nbytes: int, world_size: int) -> None:
+        """ValueError (one line) when `nbytes` holds less than one element per chunk (per piece of a chunk), or is
+        too large for the exact check on `world_size` ranks."""
+        group = reduction_group(self.placement, self.request, 0).size
+        index_bits(world_size, element_count(nbytes, group, self.pieces))
 
 
 def _candidate(p: PlannedProgram, position: int | None) -> Candidate:

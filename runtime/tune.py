@@ -61,10 +61,10 @@ from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_fil
 from p2synth.runtime.backends import BackendKind
 from p2synth.runtime.bench import Job, Runner, mismatches
 from p2synth.runtime.calibration import MiB, Bench, fitted_hierarchy, library_of, measure_level, message_sizes, significant
-from p2synth.runtime.data import element_count, index_bits, reduction_group, tagged_data, timed_expected, timed_input
-from p2synth.runtime.executor import Buffers
+from p2synth.runtime.data import element_count, tagged_data, timed_expected, timed_input
+from p2synth.runtime.executor import Buffers, CompiledProgram
 from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
-                                 run_guarded, start_job)
+                                 run_guarded, start_command)
 from p2synth.runtime.layout import Role
 from p2synth.runtime.measure import Measured, interleaved
 from p2synth.runtime.plan import Selection, select
@@ -150,8 +150,7 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> tuple[PlanFile, l
             nbytes = sel.message_bytes
             if nbytes <= 0:
                 raise PlanFileError(f"request {r.named.name}: the plan gives no message_bytes to tune at")
-            group = reduction_group(sel.placement, sel.request, 0).size
-            index_bits(world.Get_size(), element_count(nbytes, group, sel.pieces))
+            sel.check_size(nbytes, world.Get_size())
             tasks.append(Task(sel, nbytes, r.named.count, args.top, args.min_gain))
     return plan, tasks
 
@@ -163,14 +162,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
-    def load():
-        args = parse_args(argv)
-        return (args, *prepare(args, world))
-
-    started = start_job(world, load, lambda loaded: loaded[0].backend)
+    started = start_command(world, argv, parse_args, prepare)
     if started is None:
         return EXIT_USAGE
-    (args, plan, tasks), backend = started
+    args, (plan, tasks), backend = started
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     rank0 = world.Get_rank() == 0
     console = Console(stderr=True, force_terminal=args.progress or None)
@@ -212,25 +207,54 @@ def tune_request(task: Task, backend, world: MPI.Intracomm, config: TimingConfig
     Each round runs the candidates in the selection's order (the default first), or from the last to the first
     with `reverse` (runtime.validate: another order than the tuning run's)."""
     sel = task.selection
-    job = Job(sel, (task.nbytes,), config, sel.placement.hierarchy.name, False)
+    armed = arm(sel, task.nbytes, backend, world)
+    wrong = list(armed.wrong)
+    compiled = armed.compiled
+    order = list(range(len(compiled)))[::-1 if reverse else 1]
+    in_order = interleaved([compiled[i].run for i in order], backend.synchronize, world, config, after_repeat)
+    measured = [in_order[order.index(i)] for i in range(len(compiled))]
+    for i, program in enumerate(compiled):  # each program's own output of a timed-size run, checked
+        armed.buffers.poison(float("nan"))
+        program.run()
+        backend.synchronize()
+        wrong[i] += armed.timed_wrong()
+    armed.close()
+    return Outcome(task, tuple(measured), tuple(wrong), pick([m.repeats_s for m in measured], 0, task.min_gain))
+
+
+@dataclass
+class Armed:
+    """A request's candidates, each checked once on tagged data, then compiled on float32 buffers of the timed size.
+
+    ``wrong``: per candidate, the check run's wrong elements (summed over ranks).
+    ``timed_wrong`` checks what the receive buffer holds now against the timed runs' exact output."""
+
+    runner: Runner
+    buffers: Buffers
+    compiled: list[CompiledProgram]
+    wrong: tuple[int, ...]
+    expected: float | None
+
+    def timed_wrong(self) -> int:
+        """Wrong elements of the receive buffer against the timed runs' output, summed over ranks (collective)."""
+        return mismatches(self.runner.backend.download(self.buffers.get(Role.RECV)), self.expected, self.runner.world)
+
+    def close(self) -> None:
+        """Free the buffers and the communicators."""
+        del self.buffers
+        self.runner.close()
+
+
+def arm(sel: Selection, nbytes: int, backend, world: MPI.Intracomm) -> Armed:
+    """Connect, check (tagged data, exactly) and compile every candidate of `sel` at `nbytes` (collective)."""
+    job = Job(sel, (nbytes,), TimingConfig(), sel.placement.hierarchy.name, False)
     runner = Runner(job, backend, world, tagged_data)
-    count = element_count(task.nbytes, runner.group.size, sel.pieces)
+    count = element_count(nbytes, runner.group.size, sel.pieces)
     wrong = runner.check_all(count, (None,) * len(sel.candidates))
     buffers = Buffers(backend, runner.collective, count, runner.group.size)
     backend.upload(timed_input(runner.collective, runner.group, count), buffers.get(Role.SEND))
     compiled = [runner.executor.compile(c.program, buffers) for c in sel.candidates]
-    order = list(range(len(compiled)))[::-1 if reverse else 1]
-    in_order = interleaved([compiled[i].run for i in order], backend.synchronize, world, config, after_repeat)
-    measured = [in_order[order.index(i)] for i in range(len(compiled))]
-    expected = timed_expected(runner.collective, runner.group)
-    for i, program in enumerate(compiled):  # each program's own output of a timed-size run, checked
-        buffers.poison(float("nan"))
-        program.run()
-        backend.synchronize()
-        wrong[i] += mismatches(backend.download(buffers.get(Role.RECV)), expected, world)
-    del buffers
-    runner.close()
-    return Outcome(task, tuple(measured), tuple(wrong), pick([m.repeats_s for m in measured], 0, task.min_gain))
+    return Armed(runner, buffers, compiled, tuple(wrong), timed_expected(runner.collective, runner.group))
 
 
 def refit(plan: PlanFile, world: MPI.Intracomm, largest: int):

@@ -44,7 +44,6 @@ from mpi4py import MPI
 from p2synth.hierarchies.cli import count_argument, enum_argument, write_json_atomic
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.runtime.backends import BackendKind
-from p2synth.runtime.data import element_count, index_bits, reduction_group
 from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
                                  run_guarded, start_job)
 from p2synth.runtime.plan import select
@@ -101,8 +100,7 @@ def tuned_requests(plan: PlanFile, world_size: int) -> list[Tuned]:
                 continue
             sel = select(plan, index, 2, name)  # the default, the pick (first, unless it is the default), the runner-up
             pick = 0 if body["picked"]["is_default"] else 1
-            group = reduction_group(sel.placement, sel.request, 0).size
-            index_bits(world_size, element_count(sel.message_bytes, group, sel.pieces))
+            sel.check_size(sel.message_bytes, world_size)
             out.append(Tuned(Task(sel, sel.message_bytes, 1, 2, min_gain), path, pick))
     if not out:
         raise PlanFileError("the tuned plan has no measured request to validate")

@@ -28,7 +28,10 @@ def placements(draw, max_devices: int = 48, max_axes: int = 3, max_levels: int =
 def requests(draw, placement: Placement) -> Request:
     """A random request over a non-empty subset of the placement's axes."""
     axes = draw(st.sets(st.integers(0, len(placement.axes) - 1), min_size=1))
-    return Request(frozenset(axes), draw(st.sampled_from(list(Collective))))
+    collective = draw(st.sampled_from(list(Collective)))
+    if collective is Collective.SEND_RECV:  # a shift runs along exactly one axis
+        axes = {draw(st.sampled_from(sorted(axes)))}
+    return Request(frozenset(axes), collective)
 
 
 @st.composite

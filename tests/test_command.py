@@ -42,17 +42,17 @@ def test_usage_names_the_command_and_its_subcommand():
 def test_an_unknown_or_missing_subcommand_is_one_line_and_exit_2():
     done = p2synth("plan")
     assert (done.returncode, done.stderr.splitlines()) == (
-        2, ["error: argument subcommand: invalid choice: 'plan' (choose from 'solve', 'export', 'bench', 'tune', 'validate')"])
+        2, ["error: argument subcommand: invalid choice: 'plan' (choose from 'solve', 'export', 'bench', 'tune', 'validate', 'step')"])
     done = p2synth()
     assert (done.returncode, done.stderr.splitlines()) == (2, ["error: the following arguments are required: subcommand, args"])
     shown = p2synth("--help")
-    assert shown.returncode == 0 and shown.stdout.startswith("usage: p2synth [-h] {solve,export,bench,tune,validate} ...")
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: p2synth [-h] {solve,export,bench,tune,validate,step} ...")
 
 
 def test_bench_and_tune_never_load_z3_or_the_solver():
     code = ("import sys; sys.modules.update(dict.fromkeys(['z3', 'p2synth.solver', 'p2synth.encodings'], None)); "
             "from p2synth.runtime.command import main; sys.exit(main([sys.argv[1], '--help']))")
-    for sub in ("bench", "tune", "validate"):
+    for sub in ("bench", "tune", "validate", "step"):
         done = subprocess.run([sys.executable, "-c", code, sub], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, **MPI_ENV}, timeout=120)
         assert done.returncode == 0, done.stderr

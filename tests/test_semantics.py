@@ -6,13 +6,13 @@ from hypothesis import strategies as st
 
 from p2synth.encodings.programs import ProgramSketch
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from p2synth.hierarchies.program import Program, Step
+from p2synth.hierarchies.program import STEP_OPS, Program, Step
 from p2synth.hierarchies import abstract
 from p2synth.hierarchies.concrete import ConcreteChecker, InvalidStep, check_program
 from p2synth.hierarchies.program import to_program
 from tests.strategies import placements, random_programs, requests
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 
 
 @pytest.mark.parametrize("cells,counts", [
@@ -142,7 +142,7 @@ def test_every_abstractly_valid_program_is_concretely_correct(case):
     assert program.steps and check_program(p, req, program).ok
 
 
-@pytest.mark.parametrize("col", list(Collective))
+@pytest.mark.parametrize("col", STEP_OPS)
 @pytest.mark.parametrize("cells,steps", [(1, 3), (2, 3), (3, 3)])
 def test_z3_program_set_equals_explicit_enumeration(col, cells, steps):
     z3_set = set(ProgramSketch(col, cells, steps).enumerate())
@@ -240,3 +240,48 @@ def test_all_to_all_semantics_agree_on_random_programs(case):
 @given(_a2a_case(near_miss=True))
 def test_all_to_all_semantics_agree_on_near_misses(case):
     test_semantics_agree_on_random_programs.hypothesis.inner_test(case)
+
+
+# -- send_recv ----------------------------------------------------------------
+
+
+def _pipeline_over_two_levels():
+    """An axis `pipe` of 4 over node 2 x gpu 2 (cells pipe@node, pipe@gpu) beside `data` of 2 on the gpus."""
+    h = Hierarchy(levels=(Level(name="node", count=2), Level(name="gpu", count=4)))
+    return Placement(h, (Axis(name="pipe", size=4), Axis(name="data", size=2)), ((2, 2), (1, 2)))
+
+
+def test_send_recv_has_one_program_the_shift_over_every_cell_of_its_axis():
+    p = _pipeline_over_two_levels()
+    req = Request(frozenset({0}), SR)
+    node, gpu = req.reduced_cells(p)
+    assert [abstract.count_programs(SR, 2, k) for k in (1, 2, 4)] == [1, 1, 1]
+    assert list(abstract.enumerate_programs(SR, 2, 4)) == [((SR, 0b11),)]
+    checker = ConcreteChecker(p, req)
+    assert checker.check(Program((Step(SR, (node, gpu)),))).ok
+    # a shift inside one level, or twice, or mixed with another op, is not the request's shift
+    assert not checker.check(Program((Step(SR, (gpu,)),))).ok
+    assert not checker.check(Program((Step(SR, (gpu,)), Step(SR, (node,))))).ok
+    twice = checker.check(Program((Step(SR, (node, gpu)), Step(SR, (node, gpu)))))
+    assert not twice.ok and "own input, once" in twice.reason
+    assert not checker.check(Program((Step(A2A, (node, gpu)),))).ok
+    assert not check_program(p, Request(frozenset({0}), A2A), Program((Step(SR, (node, gpu)),))).ok
+    assert abstract.run(A2A, 2, [(SR, 0b11)]) is None and abstract.run(SR, 2, [(A2A, 0b11)]) is None
+
+
+def test_the_shift_gives_each_member_its_predecessors_buffer_on_the_axis():
+    """Device digits (node, gpu; pipe@node, pipe@gpu, data@gpu): the pipe position is 2 pipe@node + pipe@gpu, and
+    member i ends with member i - 1's contributions, chunk for chunk."""
+    p = _pipeline_over_two_levels()
+    req = Request(frozenset({0}), SR)
+    node, gpu = req.reduced_cells(p)
+    checker = ConcreteChecker(p, req)
+    states = checker.start()
+    checker.apply(states, Step(SR, (node, gpu)))
+    for r in range(p.num_devices):
+        members = p.group(r, (node, gpu))
+        i = p.position(r, (node, gpu))
+        assert set(states[r].chunks.values()) == {1 << members[i - 1]}
+    # ranks 0..7 are (node, gpu) = (r // 4, r % 4); gpu digit = 2 pipe@gpu + data: pipe order 0, 2, 4, 6 for data 0
+    assert [p.position(r, (node, gpu)) for r in (0, 2, 4, 6)] == [0, 1, 2, 3]
+    assert set(states[0].chunks.values()) == {1 << 6} and set(states[4].chunks.values()) == {1 << 2}
