@@ -23,7 +23,9 @@ Figures per testbed (:func:`summary`), over the placements of both jobs:
 * ``best_regret``: the measured step time of the placement the step model ranks
   first over the measured-fastest placement, per job (the worst job is the figure);
 * ``sum_model_regret``: the same for the placement the summed communication
-  (today's ranking without a step section) puts first.
+  (today's ranking without a step section) puts first;
+* ``disagreements_by_job``: the pairs of placements the two rankings order
+  differently, and in how many of them the measurement sides with the step model.
 """
 
 from __future__ import annotations
@@ -136,6 +138,16 @@ def _spearman(group: list[dict]) -> float | None:
     return None if math.isnan(rho) else float(rho)
 
 
+def disagreements(group: list[dict]) -> dict:
+    """Where the step model and the summed communication order two placements of one job differently: how many such
+    pairs, and in how many the measured step times side with the step model."""
+    pairs = [(a, b) for i, a in enumerate(group) for b in group[i + 1:]
+             if (a["predicted"]["step_s"] < b["predicted"]["step_s"]) != (a["sum_s"] < b["sum_s"])]
+    right = sum(1 for a, b in pairs
+                if (a["predicted"]["step_s"] < b["predicted"]["step_s"]) == (a["measured"]["step_s"] < b["measured"]["step_s"]))
+    return {"pairs": len(pairs), "step_model_right": right}
+
+
 def summary(rows_: list[dict]) -> dict:
     """Per testbed: the issue's figures (module docstring), per job and over the testbed."""
     out = {}
@@ -154,13 +166,14 @@ def summary(rows_: list[dict]) -> dict:
             "best_regret_by_job": best,
             "sum_model_regret": max(by_sum.values(), default=None),
             "sum_model_regret_by_job": by_sum,
+            "disagreements_by_job": {j: disagreements(g) for j, g in jobs.items()},
             "wrong_elements": sum(r["wrong"] for r in done),
         }
     return out
 
 
 COLUMNS = ("testbed", "job", "#", "placement", "predicted ms", "measured ms [95%]", "error", "defaults measured ms",
-           "compute", "layer comm", "bubble + sends (pred)", "waits (meas)", "gradient exposed pred / meas", "sum ms", "sum rank")
+           "compute", "layer comm pred / meas", "bubble + sends pred / pipeline waits meas", "gradient exposed pred / meas", "sum ms", "sum rank")
 
 
 def _ms(s: float | None) -> str:
@@ -181,7 +194,7 @@ def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
         lo, hi = m["step_ci_s"]
         out.append((*head, f"{_ms(m['step_s'])} [{_ms(lo)}, {_ms(hi)}]", f"{_rel_error(r):+.0%}".replace("+", ""),
                     _ms(r["default"]["step_s"]), _ms(p["compute_s"]), f"{_ms(p['layer_comm_s'])} / {_ms(m['layer_comm_s'])}",
-                    _ms(p["bubble_s"] + p["pipeline_comm_s"]), _ms(m["wait_s"]),
+                    f"{_ms(p['bubble_s'] + p['pipeline_comm_s'])} / {_ms(m['pipeline_wait_s'])}",
                     f"{_ms(p['gradient_exposed_s'])} / {_ms(m['gradient_exposed_s'])}", _ms(r["sum_s"]), str(sum_rank)))
     return out
 
@@ -205,8 +218,8 @@ def measured_figures(result: dict, variant: str) -> dict:
     """A ``runtime.step --out`` document's figures of `variant` (``best`` or ``default``): the median step time, its
     interval, and the medians of the parts the rank that finished last spent."""
     v = result["variants"][variant]
-    return {"step_s": v["step_s"]["median"], "step_ci_s": v["step_s"]["interval"], "rounds_s": v["step_s"]["rounds"],
-            **{k: v[k]["median"] for k in ("compute_s", "layer_comm_s", "wait_s", "gradient_exposed_s", "after_s")}}
+    return {"step_s": v["step_s"], "step_ci_s": v["step_ci_s"], "rounds_s": [r["step_s"] for r in v["rounds"]],
+            **{k: v[k] for k in ("compute_s", "layer_comm_s", "pipeline_wait_s", "gradient_exposed_s", "after_s")}}
 
 
 def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan: dict, index: int, log) -> dict:
@@ -225,7 +238,8 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
         return {**record, "error": f"runtime.step exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
     result = json.loads(out.read_text())
     record.update(measured=measured_figures(result, "best"), default=measured_figures(result, "default"),
-                  wrong=result["wrong"], thread_level=result.get("thread_level"))
+                  wrong=result["wrong"], thread_level=result["mpi_thread_level"],
+                  gradient_overlap=result["gradient_overlap"])
     log(f"[{tag}] placement {index} {entry['description']}: predicted {_ms(entry['step']['step_s'])} ms, "
         f"measured {_ms(record['measured']['step_s'])} ms")
     return record

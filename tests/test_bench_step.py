@@ -18,7 +18,7 @@ def _placement(index: int, predicted: float, measured: float, sum_s: float) -> d
     parts = {"compute_s": 0.1, "layer_comm_s": 0.01, "bubble_s": 0.02, "pipeline_comm_s": 0.0, "gradient_exposed_s": 0.0,
              "after_s": 0.0, "exposed_comm_s": 0.01}
     got = {"step_s": measured, "step_ci_s": [measured * 0.98, measured * 1.02], "rounds_s": [measured] * 3,
-           "compute_s": 0.1, "layer_comm_s": 0.01, "wait_s": 0.02, "gradient_exposed_s": 0.0, "after_s": 0.0}
+           "compute_s": 0.1, "layer_comm_s": 0.01, "pipeline_wait_s": 0.02, "gradient_exposed_s": 0.0, "after_s": 0.0}
     return {"index": index, "matrix": [[1]], "description": f"p{index}", "predicted": {**parts, "step_s": predicted},
             "sum_s": sum_s, "measured": got, "default": {**got, "step_s": measured * 1.1}, "wrong": 0}
 
@@ -44,6 +44,9 @@ def test_summary_by_hand():
     assert s["best_regret_by_job"] == {"a": pytest.approx(1.1), "b": pytest.approx(1.0)}
     assert s["best_regret"] == pytest.approx(1.1)
     assert s["sum_model_regret_by_job"] == {"a": pytest.approx(1.6), "b": pytest.approx(1.0)}
+    # job a: step model p0<p1<p2, sum model p2<p1<p0: all 3 pairs differ; measured p1<p0<p2 sides with the step
+    # model on (p0,p2) and (p1,p2), with the sum on (p0,p1)
+    assert s["disagreements_by_job"] == {"a": {"pairs": 3, "step_model_right": 2}, "b": {"pairs": 0, "step_model_right": 0}}
     # over the testbed: predicted 1, 1.2, 1.5, 2, 3 and measured 1.1, 1, 1.6, 2, 2.5: one swapped pair of 5
     assert s["spearman"] == pytest.approx(1 - 6 * 2 / (5 * 24))
 
