@@ -31,16 +31,21 @@ class Role(str, Enum):
     PIECES_OUT = "pieces_out"
 
 
-# Calls that can run with the same buffer as input and output.
-IN_PLACE_OPS = frozenset({Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST})
+# Calls that run with the same buffer as input and output. all_reduce is not one
+# of them: Open MPI 5's libnbc runs an in-place Iallreduce with its binomial
+# algorithm (reduce to a root, broadcast back) whatever the size, and an
+# out-of-place one of 4 members or more and 64 KiB or more with Rabenseifner's
+# (docs/measurements/limit.md), so all_reduce steps run out of place, like nccl-tests.
+IN_PLACE_OPS = frozenset({Collective.REDUCE, Collective.BROADCAST})
 
 
 def assign_buffers(actions: tuple[Action, ...]) -> tuple[tuple[Role, Role], ...]:
     """(source, destination) buffer of every action, out of place like nccl-tests.
 
     Walks backwards from the last action, which writes the receive buffer:
-    in-place calls keep their buffer, the others (reduce_scatter, all_gather,
-    transposes) read from the other scratch buffer. The first action reads the
+    in-place calls (reduce, broadcast) keep their buffer, the others
+    (all_reduce, reduce_scatter, all_gather, all_to_all, transposes) read from
+    the other scratch buffer. The first action reads the
     send buffer, which is never written.
     """
     out = Role.RECV

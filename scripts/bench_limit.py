@@ -90,6 +90,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--calibrate-bytes", type=size_argument, default=16 * MiB, help="calibration's largest message (default 16M)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="set in the jobs' environment, e.g. OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 (repeatable; recorded)")
+    p.add_argument("--note", default="", help="a short text recorded with each testbed and added to its name in the tables, "
+                   "e.g. what changed in the code since another raw file of the same testbed")
     p.add_argument("--instance", default="lim", help="the testbed instance (default lim), apart from any other testbed")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-limit"), help="specs, plans, tuned plans, hierarchies")
     args = p.parse_args(argv)
@@ -160,9 +162,11 @@ def best_of(case: dict) -> dict | None:
 
 
 def label(tb: dict) -> str:
-    """A raw testbed entry's name in the tables, with the environment it was measured under (``OMPI_MCA_`` left out)."""
+    """A raw testbed entry's name in the tables, with the environment it was measured under (``OMPI_MCA_`` left out)
+    and its note (``--note``)."""
     env = tb.get("env") or {}
-    return " ".join([tb["testbed"]["name"], *(f"{k.removeprefix('OMPI_MCA_')}={v}" for k, v in env.items())])
+    note = [tb["note"]] if tb.get("note") else []
+    return " ".join([tb["testbed"]["name"], *(f"{k.removeprefix('OMPI_MCA_')}={v}" for k, v in env.items()), *note])
 
 
 def rows(raw: dict) -> list[dict]:
@@ -295,7 +299,7 @@ def measure(args: argparse.Namespace, log) -> dict:
            "testbeds": []}
     for name in args.testbeds:
         tb = TESTBEDS[name]
-        entry: dict = {"testbed": tb.__dict__, "env": args.env, "cases": []}
+        entry: dict = {"testbed": tb.__dict__, "env": args.env, **({"note": args.note} if args.note else {}), "cases": []}
         raw["testbeds"].append(entry)
         testbed("down", check=False, instance=args.instance)
         try:

@@ -10,7 +10,7 @@ against numpy and exactly (bit for bit):
    executor uses), for float32 and uint64 random data;
 2. nccl: a one-rank NCCL communicator (runtime/backends.py ``NcclGroup`` over
    ``MPI.COMM_SELF``) running each of the six collectives on random float32
-   and uint64 data, out of place and, for the calls the runtime makes in place
+   and uint64 data, out of place and, for the calls that can run in place
    (all_reduce, reduce, broadcast), in place: on one rank each result is the input;
 3. pipeline: a pipelined program's run (runtime/executor.py ``Pipeline``) on
    2 and 4 pieces of random float32 and uint64 data: a chain of the six

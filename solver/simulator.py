@@ -32,7 +32,9 @@ the emulated cluster call for (see ``docs/simulator.md``):
   ``MPI_Reduce_scatter_block`` is a reduce to the group's first rank followed
   by a linear scatter wherever Open MPI's fixed rules pick "basic_linear"
   (large blocks in small groups), and always in its non-blocking form
-  (libnbc), which pipelined programs run (``nonblocking``).
+  (libnbc), which pipelined programs run (``nonblocking``); libnbc's
+  all_reduce is a binomial reduce to the first rank and a binomial broadcast
+  back for fewer than 4 members or under 64 KiB, Rabenseifner otherwise.
 * Open MPI's hierarchical component: under Open MPI a blocking all_reduce,
   reduce or broadcast whose group spans several hosts runs ``coll/han``
   (:func:`open_mpi_han`): 64 KiB segments pipelined through an intra-host
@@ -92,6 +94,19 @@ def open_mpi_linear_reduce_scatter(alg: Algebra, k: Any, block: Any) -> Any:
     for below, lo, hi in reversed(OPEN_MPI_LINEAR_REDUCE_SCATTER[:-1]):
         flag = alg.ite(k < below, within(lo, hi), flag)
     return flag > 0.5
+
+
+# libnbc's MPI_Iallreduce (Open MPI 5, ompi/mca/coll/libnbc/nbc_iallreduce.c, coll_libnbc_iallreduce_algorithm=0):
+# Rabenseifner (reduce-scatter + allgather, bandwidth-optimal) for groups of at least this many members whose buffer
+# is at least this many bytes; a binomial tree up and a binomial broadcast down otherwise (and in place, which the
+# runtime never asks for an all_reduce step: runtime/layout.py).
+LIBNBC_RABENSEIFNER_MIN_MEMBERS = 4
+LIBNBC_RABENSEIFNER_MIN_BYTES = 65536.0
+
+
+def libnbc_binomial_all_reduce(alg: Algebra, k: Any, m: Any) -> Any:
+    """Whether libnbc's non-blocking all_reduce over `k` members of an `m`-byte buffer runs binomial (not Rabenseifner)."""
+    return alg.any([k < LIBNBC_RABENSEIFNER_MIN_MEMBERS - 0.5, m < LIBNBC_RABENSEIFNER_MIN_BYTES])
 
 
 # Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce and MPI_Bcast on every
@@ -221,7 +236,8 @@ class Simulator:
     # picks for 4-15 ranks above 8 KiB; see docs/simulator.md, "Flat groups").
     hierarchy_aware: bool = False
     # Whether the step runs as a non-blocking collective (a pipelined program's pieces do): under Open MPI that is
-    # libnbc, whose reduce_scatter is always a binomial reduce to rank 0 and a linear scatter.
+    # libnbc, whose reduce_scatter is always a binomial reduce to rank 0 and a linear scatter, and whose all_reduce is
+    # binomial for fewer than 4 members or under 64 KiB (libnbc_binomial_all_reduce).
     nonblocking: bool = False
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
@@ -287,6 +303,8 @@ class Simulator:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
         if h.library is CollectiveLibrary.OPEN_MPI:
             rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
+            if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner
+                ar = alg.ite(libnbc_binomial_all_reduce(alg, shape.k, m), rounds + round_gamma + rounds, ring_ar)
 
         time = alg.ite(alg.is_op(op, Collective.ALL_REDUCE), ar,
                alg.ite(alg.is_op(op, Collective.REDUCE_SCATTER), rs,

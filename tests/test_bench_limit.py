@@ -163,3 +163,5 @@ def test_env_settings_are_recorded_and_named_in_the_table():
     assert parse_args(["--out", "x", "--env", "OMPI_MCA_a=1", "--env", "B=x=y"]).env == {"OMPI_MCA_a": "1", "B": "x=y"}
     assert label({"testbed": {"name": "4x2-1gbit"}, "env": {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "1"}}) == \
         "4x2-1gbit coll_libnbc_iallreduce_algorithm=1"
+    assert parse_args(["--out", "x", "--note", "out-of-place"]).note == "out-of-place"
+    assert label({"testbed": {"name": "4x2-1gbit"}, "env": {}, "note": "out-of-place"}) == "4x2-1gbit out-of-place"

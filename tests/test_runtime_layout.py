@@ -23,12 +23,23 @@ def test_buffer_roles_are_out_of_place_and_chain():
     assert all(src is not dst for src, dst in roles)  # RS, AG and transposes cannot run in place
 
 
-def test_in_place_calls_keep_their_buffer():
+def test_all_reduce_runs_out_of_place():
+    # Open MPI's libnbc runs an in-place Iallreduce binomially whatever the size (docs/measurements/limit.md)
     plan = plan_layout(PL, request_of(PL, ["data"], AR), prog((RS, (CORE,)), (AR, (NODE,)), (AG, (CORE,))))
     assert assign_buffers(plan.actions) == (
-        (Role.SEND, Role.SCRATCH_A),
-        (Role.SCRATCH_A, Role.SCRATCH_A),
+        (Role.SEND, Role.SCRATCH_B),
+        (Role.SCRATCH_B, Role.SCRATCH_A),
         (Role.SCRATCH_A, Role.RECV),
     )
     flat = plan_layout(PL, request_of(PL, ["data"], AR), prog((AR, (NODE, CORE))))
     assert assign_buffers(flat.actions) == ((Role.SEND, Role.RECV),)
+
+
+def test_reduce_and_broadcast_keep_their_buffer():
+    R, B = Collective.REDUCE, Collective.BROADCAST
+    plan = plan_layout(PL, request_of(PL, ["data"], AR), prog((R, (CORE,)), (AR, (NODE,)), (B, (CORE,))))
+    assert assign_buffers(plan.actions) == (
+        (Role.SEND, Role.SCRATCH_A),
+        (Role.SCRATCH_A, Role.RECV),
+        (Role.RECV, Role.RECV),
+    )

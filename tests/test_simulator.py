@@ -13,7 +13,7 @@ from p2synth.solver.search import solve
 from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
-from p2synth.solver.simulator import Simulator, open_mpi_linear_reduce_scatter
+from p2synth.solver.simulator import Simulator, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
 from p2synth.hierarchies.model import CollectiveLibrary
 from tests import oracles
 
@@ -114,6 +114,64 @@ def test_open_mpi_nonblocking_reduce_scatter_is_always_a_binomial_reduce_then_a_
     for m in (4096.0, float(128 << 10), float(1 << 26)):
         expected = ALPHA + m / BW + m / G + ALPHA + (m / 2) / BW + OVERHEAD
         assert math.isclose(_t(_pair(library=OPEN_MPI), RS, m, nonblocking=True), expected, rel_tol=1e-12)
+
+
+def test_libnbcs_rule_for_a_binomial_all_reduce_at_its_boundaries():
+    """libnbc's Iallreduce (Open MPI 5, default algorithm): binomial below 4 members or 64 KiB, Rabenseifner above."""
+    cases = {(2, float(1 << 26)): True, (3, float(1 << 26)): True, (4, 65535.0): True, (4, 65536.0): False,
+             (8, 65536.0): False, (8, 4096.0): True}
+    assert {key: libnbc_binomial_all_reduce(PY, float(key[0]), key[1]) for key in cases} == cases
+
+
+def _four(library=OPEN_MPI):
+    h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=1.0, latency_us=10.0),
+                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library)
+    return Placement(h, (Axis(name="data", size=4),), ((4, 1),))
+
+
+def test_open_mpi_nonblocking_all_reduce_of_two_members_is_a_binomial_reduce_then_a_binomial_broadcast():
+    """libnbc's Iallreduce over two members, at any size: the reduce to the first member (alpha + m one way + m
+    summed), then the broadcast back (alpha + m one way); the duplex efficiency does not apply (one way)."""
+    G = GAMMA_GBPS * 1e9
+    for m in (4096.0, float(1 << 26)):
+        expected = 2 * ALPHA + 2 * m / BW + m / G + OVERHEAD
+        for duplex in (None, 0.5):
+            assert math.isclose(_t(_pair(duplex=duplex, library=OPEN_MPI), AR, m, nonblocking=True), expected, rel_tol=1e-12)
+    # blocking (coll/tuned, one member per host): the ring, m one way each direction, half of it summed
+    big = float(1 << 26)
+    assert math.isclose(_t(_pair(library=OPEN_MPI), AR, big), 2 * ALPHA + big / BW + (big / 2) / G + OVERHEAD, rel_tol=1e-12)
+
+
+def test_open_mpi_nonblocking_all_reduce_of_four_members_is_binomial_under_64_kib_and_rabenseifner_above():
+    """Four members: under 64 KiB two binomial rounds up (alpha + m one way + m summed, each) and two down
+    (alpha + m each); from 64 KiB on Rabenseifner: 2 log2 4 alpha, 2 (3/4) m exchanged, 3/4 m summed."""
+    G = GAMMA_GBPS * 1e9
+    small = 32768.0
+    assert math.isclose(_t(_four(), AR, small, nonblocking=True), 4 * ALPHA + 4 * small / BW + 2 * small / G + OVERHEAD, rel_tol=1e-12)
+    big = float(1 << 20)
+    assert math.isclose(_t(_four(), AR, big, nonblocking=True), 4 * ALPHA + 1.5 * big / BW + 0.75 * big / G + OVERHEAD, rel_tol=1e-12)
+    # other libraries, and blocking calls, keep the faster of recursive doubling and the ring
+    for m in (small, big):
+        assert _t(_four(library=None), AR, m, nonblocking=True) == _t(_four(library=None), AR, m)
+        assert _t(_four(library=CollectiveLibrary.NCCL), AR, m, nonblocking=True) == _t(_four(library=None), AR, m)
+    assert _t(_four(), AR, small) < _t(_four(), AR, small, nonblocking=True)
+
+
+def test_z3_minimises_the_nonblocking_all_reduce_term_exactly():
+    """Pipelined pieces under Open MPI (node 2 x core 2 and node 4 x core 2, below and above 64 KiB): Z3's top 3 cost
+    what the explicit search's top 3 cost, and Z3's unsat proves that list."""
+    from p2synth.encodings.programs import ProgramSketch
+    from p2synth.hierarchies.statespace import state_space
+    for p in (_han_flat(nodes=2), _han_flat(nodes=4)):
+        for m in (16384.0, 65536.0, float(1 << 24)):
+            n = len(Request(frozenset({0}), AR).reduced_cells(p))
+            model = Simulator(p, Request(frozenset({0}), AR), m, nonblocking=True)
+            costs = edge_costs(state_space(AR, n), model)
+            found = cheapest_programs(costs, cost_to_go(costs, 3), 3)
+            z3_top = ProgramSketch(AR, n, 3, model.step_time).top(3)
+            assert [round(r.cost, 12) for r in z3_top] == [round(c, 12) for c, _ in found[:len(z3_top)]], (p, m)
+            ranked, proved = ProgramSketch(AR, n, 3, model.step_time).prove_top([prog for _, prog in found])
+            assert proved
 
 
 def test_open_mpi_linear_scatter_shares_the_roots_uplink():
