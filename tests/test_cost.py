@@ -6,7 +6,7 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, R
 from p2synth.hierarchies.abstract import AbstractState
 from p2synth.solver.cost import AlphaBeta, step_seconds
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 M = float(1 << 28)
 NODE_BW, UPLINK, GPU_BW, NODE_LAT, GPU_LAT = 12.5e9, 50e9, 100e9, 14e-6, 3.4e-6
 

@@ -16,7 +16,7 @@ from p2synth.hierarchies.verify import Verifier, miniature
 from tests import oracles
 from tests.strategies import placements, requests
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 
 
 def _with_links(p: Placement, draw) -> Placement:
