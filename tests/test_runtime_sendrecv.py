@@ -88,3 +88,16 @@ def test_send_recv_is_exact_and_every_applicable_fault_is_detected(tmp_path):
     assert json.loads(outs[FaultKind.WRONG_NEIGHBOUR].read_text())["results"][0]["wrong"] == 8 * 1024
     errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == len(FaultKind) - len(APPLIES) and all(" applies to none of the " in e for e in errors)
+
+
+def test_a_plan_file_with_a_send_recv_over_two_axes_is_one_line(tmp_path):
+    """A hand-edited plan (the solver never writes one): runtime.bench refuses it in one line, exit 2."""
+    plan = tmp_path / "plan.json"
+    assert solve(tmp_path, SPEC, "--out", str(plan)).returncode == 0
+    data = json.loads(plan.read_text())
+    data["request"]["axes"] = ["pipe", "data"]
+    plan.write_text(json.dumps(data))
+    job = run_mpi(8, ["-m", "runtime.bench", str(plan), "--bytes", "4096"], timeout=120)
+    assert job.returncode == 2
+    assert [line for line in job.stderr.splitlines() if line.startswith("error:")] == [
+        "error: bad plan: ValueError: send_recv shifts along exactly one axis, not 2"]  # rank 0 speaks
