@@ -279,9 +279,6 @@ def choose_program(placement: Placement, item: ExportRequest, fmt: ExportFormat)
 
 def plan_request(placement: Placement, name: str, item: ExportRequest, fmt: ExportFormat) -> RequestPlan:
     """Choose one request's program for `fmt`, validate it and plan it under the identifier `name`."""
-    if item.request.collective is Collective.SEND_RECV:
-        raise NotExportable(f"{fmt.title} exports do not generate send_recv (a shift) yet; export a plan without it "
-                            "and shift along the axis by hand (torch.distributed.batch_isend_irecv, jax.lax.ppermute)")
     choice = choose_program(placement, item, fmt)
     program = choice.chosen.program
     check_exportable(placement, item.request, program)
