@@ -119,7 +119,7 @@ def test_a_pipelined_run_gives_the_sequential_runs_output(ranks, cases):
     job = run_mpi(ranks, ["-c", SAME_AS_SEQUENTIAL, *cases], timeout=300)
     assert job.returncode == 0, job.stderr
     compared = json.loads(job.stdout.splitlines()[-1])
-    assert len(compared) == 6 * len(cases)
+    assert len(compared) == sum(len(collectives_for(CASES[case][1])) for case in cases)
     assert {name: differ for name, (_, differ) in compared.items() if differ} == {}
     assert all(programs > 0 for programs, _ in compared.values())
 
@@ -302,7 +302,7 @@ def test_bad_arguments_give_one_line_each(tmp_path):
         f"error: cannot read plan {quote(str(tmp_path / 'none.json'))}: No such file or directory",
         "error: 8 bytes is less than one float32 per chunk for 4 chunks",
         "error: argument --inject: invalid choice: 'bogus' (choose from swap-chunks, skip-repack, reverse-blocks, "
-        "drop-contribution, double-contribution, wrong-slice)",
+        "drop-contribution, double-contribution, wrong-slice, wrong-neighbour)",
         "error: --inject skip-repack applies to none of the 1 selected program(s): it needs a local repack; "
         "choose another kind, or more programs (--top all)",
         "error: 32 bytes is less than one float32 per piece for 4 chunks in 4 pieces",
