@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from p2synth.hierarchies.program import Program, Step, default_program
+from p2synth.hierarchies.program import STEP_OPS, Program, Step, default_program
 from p2synth.hierarchies import abstract
 from p2synth.solver.cost import program_seconds, step_seconds
 from p2synth.solver.models import CostModelKind, cost_model
@@ -36,7 +36,7 @@ def _with_links(p: Placement, draw) -> Placement:
 @st.composite
 def _costed_case(draw):
     p = _with_links(draw(placements(max_devices=36)), draw)
-    req = draw(requests(p))
+    req = draw(requests(p, STEP_OPS))
     size = draw(st.sampled_from([1 << 10, 1 << 20, 1 << 28]))
     return p, req, size
 
