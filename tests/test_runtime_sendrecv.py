@@ -54,11 +54,20 @@ def test_the_plan_holds_the_one_shift_proved_best_at_the_hand_computed_time(tmp_
     assert entry["programs"][0]["cost_s"] == entry["default"]["cost_s"]
 
 
-def test_a_send_recv_over_two_axes_is_one_spec_error(tmp_path):
-    job = solve(tmp_path, {**SPEC, "request": {"axes": ["pipe", "data"], "collective": "send_recv"}})
+WORKLOAD = {k: v for k, v in SPEC.items() if k not in ("request", "message_bytes")} | {"workload": [
+    {"name": "grads", "axes": ["data"], "message_bytes": 4096},
+    {"name": "acts", "axes": ["pipe", "data"], "collective": "send_recv", "message_bytes": 4096}]}
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({**SPEC, "request": {"axes": ["pipe", "data"], "collective": "send_recv"}}, "request.axes"),
+    (WORKLOAD, "workload.1.axes"),
+])
+def test_a_send_recv_over_two_axes_is_one_spec_error(tmp_path, spec, field):
+    job = solve(tmp_path, spec)
     assert job.returncode == 2 and job.stdout == ""
     assert job.stderr.strip().splitlines() == [
-        "spec error: request.axes: send_recv shifts along exactly one axis, not 2; name one axis (one send_recv request per axis)"]
+        f"spec error: {field}: send_recv shifts along exactly one axis, not 2; name one axis (one send_recv request per axis)"]
 
 
 @pytest.mark.mpi
