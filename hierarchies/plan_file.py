@@ -162,7 +162,10 @@ def _request(axes: tuple[Axis, ...], spec: dict) -> Request:
     unknown = [a for a in spec["axes"] if a not in names]
     if unknown:
         raise ValueError(f"request names unknown axis {quote(unknown[0])}")
-    return Request(frozenset(names.index(a) for a in spec["axes"]), Collective(spec.get("collective", "all_reduce")))
+    collective = Collective(spec.get("collective", "all_reduce"))
+    if collective is Collective.SEND_RECV and len(spec["axes"]) != 1:
+        raise ValueError(f"send_recv shifts along exactly one axis, not {len(spec['axes'])}")
+    return Request(frozenset(names.index(a) for a in spec["axes"]), collective)
 
 
 def parse_plan_file(data: Any) -> PlanFile:

@@ -16,7 +16,9 @@ group's members differ only on the slice, so the group is active iff the
 rank's digits on the rooted cells outside the slice are all zero. A program
 with no steps (a request whose axes have size 1, so its reduction group is the
 rank alone) compiles to one call of the requested collective over the
-one-member group of the empty slice. With a :class:`~runtime.faults.Fault`,
+one-member group of the empty slice. A send_recv request's one program is one
+step over its axis's cells: the group's ``send_recv`` (a shift to the member
+at the next position, i.e. the next index on the axis). With a :class:`~runtime.faults.Fault`,
 compile makes the calls of that fault instead of the struck action's.
 
 A pipelined program (``Program.pipeline = P > 1``; docs/runtime.md,

@@ -49,7 +49,7 @@ from rich.console import Console
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError
 from p2synth.hierarchies.concrete import ConcreteChecker
-from p2synth.hierarchies.program import Program, Step
+from p2synth.hierarchies.program import STEP_OPS, Program, Step
 from p2synth.hierarchies.verify import clear_checks
 from p2synth.solver.cost import program_seconds
 from p2synth.solver.models import cost_model
@@ -88,7 +88,7 @@ def brute_force(placement: Placement, request: Request, max_steps: int, budget_s
     """Check every candidate program concretely; (valid programs, best cost) or None past the budget."""
     cells = request.reduced_cells(placement)
     subsets = [s for r in range(1, len(cells) + 1) for s in itertools.combinations(cells, r)]
-    steps = [Step(op, s) for op in Collective for s in subsets]
+    steps = [Step(op, s) for op in STEP_OPS for s in subsets]
     checker = ConcreteChecker(placement, request)
     model = cost_model(placement, request, 1 << 30)
     end = time.monotonic() + budget_s

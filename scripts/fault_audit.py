@@ -3,7 +3,7 @@
     python -m scripts.fault_audit [--bytes 1000] [--out audit.json]
 
 Runs every ``--inject`` KIND on every program of the small cases of the
-runtime tests (tests/runtime_support.py CASES, all six collectives), under
+runtime tests (tests/runtime_support.py CASES, every collective), under
 real ``mpiexec``, twice: with the check data of runtime/data.py and with the
 pattern the runtime used before it, ``f(rank, i) = 1 + (i mod 31) + 32 (rank
 mod p)`` in float32 (kept here, and only here, for this comparison). Prints,
@@ -75,6 +75,8 @@ class OldPattern:
         if col is Collective.ALL_TO_ALL:  # (not in the old runtime) place k: member k's chunk addressed here
             mine = slice(group.position * chunk, (group.position + 1) * chunk)
             return np.concatenate([self._values(m, self.count)[mine] for m in group.members])
+        if col is Collective.SEND_RECV:  # (not in the old runtime) the predecessor's input
+            return self._values(group.members[group.position - 1], self.count)
         return self._values(group.root, self.count)
 
 

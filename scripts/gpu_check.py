@@ -9,12 +9,13 @@ against numpy and exactly (bit for bit):
    shapes and axis orders, on whole buffers and on the prefix views the
    executor uses), for float32 and uint64 random data;
 2. nccl: a one-rank NCCL communicator (runtime/backends.py ``NcclGroup`` over
-   ``MPI.COMM_SELF``) running each of the six collectives on random float32
-   and uint64 data, out of place and, for the calls that can run in place
+   ``MPI.COMM_SELF``) running each of the six collectives and the shift
+   (send_recv) on random float32 and uint64 data, out of place and, for the calls that can run in place
    (all_reduce, reduce, broadcast), in place: on one rank each result is the input;
 3. pipeline: a pipelined program's run (runtime/executor.py ``Pipeline``) on
    2 and 4 pieces of random float32 and uint64 data: a chain of the six
-   collectives on the one-rank NCCL communicator, one CUDA stream per step,
+   collectives a synthesized program's steps choose among (``STEP_OPS``; a
+   send_recv is never pipelined) on the one-rank NCCL communicator, one CUDA stream per step,
    each wavefront slot's collectives in one NCCL group call, events between a
    piece's consecutive steps, a local repack (a transpose)
    before every step but the first and after the last, the split and the merge
@@ -54,6 +55,7 @@ import numpy as np
 from mpi4py import MPI
 
 from p2synth.hierarchies import Collective
+from p2synth.hierarchies.program import STEP_OPS
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
 from p2synth.runtime.backends import BackendUnavailable, CupyMissing, GroupComm
 from p2synth.runtime.nccl import CupyBackend
@@ -151,7 +153,7 @@ def chain(backend: CupyBackend, group: GroupComm, buffers: Buffers, piece: int, 
     def repack(src, dst):
         return lambda: backend.transpose(src, dst, shape, (1, 0))
 
-    steps = tuple(StepCalls(() if k == 0 else (repack(a, b),), group, op, first if k == 0 else b, a) for k, op in enumerate(Collective))
+    steps = tuple(StepCalls(() if k == 0 else (repack(a, b),), group, op, first if k == 0 else b, a) for k, op in enumerate(STEP_OPS))
     return PieceCalls(steps, (repack(a, out),))
 
 
@@ -162,7 +164,7 @@ def chain_expected(host: np.ndarray, pieces: int) -> np.ndarray:
     out = np.empty_like(logical)
     for p in range(pieces):
         x = logical[:, p, :].ravel()
-        for _ in Collective:
+        for _ in STEP_OPS:
             x = x.reshape(chunks, -1).T.ravel()
         out[:, p, :] = x.reshape(chunks, -1)
     return out.ravel()
@@ -182,7 +184,7 @@ def check_pipeline(backend: CupyBackend, rng: np.random.Generator) -> int:
                 tuple(chain(backend, group, buffers, p, pieces) for p in range(pieces)),
                 (split_pieces(backend, send, buffers.get(Role.PIECES_IN), PIPELINE_CHUNKS, pieces),),
                 (merge_pieces(backend, buffers.get(Role.PIECES_OUT), recv, PIPELINE_CHUNKS, pieces),),
-                backend.main_lane(), backend.stage_lanes(len(Collective)), backend.launch_group,
+                backend.main_lane(), backend.stage_lanes(len(STEP_OPS)), backend.launch_group,
             )
             pipeline.run()
             pipeline.run()

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from p2synth.hierarchies.program import Collective
 from p2synth.hierarchies.statespace import statuses
 from p2synth.encodings.deadline import Deadline
 from p2synth.solver.models import cost_signature
@@ -59,7 +60,8 @@ def groups(problem: Problem) -> list[list[int]]:
 def work(problem: Problem, group: list[int]) -> float:
     """Estimated cost of solving a group: its abstract state space sizes (once, shared) plus a little per placement."""
     placement = problem.placement(problem.matrices[group[0]])
-    states = sum(len(statuses(r.request.collective)) ** len(r.request.reduced_cells(placement)) for r in problem.requests)
+    states = sum(1 if r.request.collective is Collective.SEND_RECV  # no state space: its one program is its default
+                 else len(statuses(r.request.collective)) ** len(r.request.reduced_cells(placement)) for r in problem.requests)
     return states + 50.0 * len(group)
 
 

@@ -137,11 +137,13 @@ class World:
         if len(set(meeting.calls.values())) != 1:
             raise RankMismatch(f"group {group}, call {seq}: the members' calls differ: {meeting.calls}")
         inputs = [meeting.inputs[i] for i in range(len(group))]
-        return self._result(op, inputs, index)
+        return self._result(op, inputs, index, call)
 
-    def _result(self, op: str, inputs: list[np.ndarray], index: int) -> np.ndarray:
-        """Member `index`'s result of `op` over the members' flat `inputs`."""
+    def _result(self, op: str, inputs: list[np.ndarray], index: int, call: tuple = ()) -> np.ndarray:
+        """Member `index`'s result of `op` over the members' flat `inputs` (a send_recv's `call` ends in its shift)."""
         k = len(inputs)
+        if op == "send_recv":  # member i's input goes to member i + step
+            return inputs[(index - call[-1]) % k]
         if op == "all_reduce":
             return self._combine(inputs)
         if op == "reduce":
@@ -318,6 +320,43 @@ def _distributed(world: World) -> types.ModuleType:
 
     def all_to_all_single(output, input, group, async_op=False):
         return start("all_to_all", group, input, output, async_op)
+
+    def isend(*args):
+        raise AssertionError("the exports send only inside batch_isend_irecv")
+
+    def irecv(*args):
+        raise AssertionError("the exports receive only inside batch_isend_irecv")
+
+    @dataclass(frozen=True)
+    class P2POp:
+        op: Callable
+        tensor: Tensor
+        peer: int
+        group: Group
+
+    def batch_isend_irecv(ops):
+        """One send and one receive on one group, the same shift on every member: a "send_recv" meeting."""
+        [send] = [o for o in ops if o.op is isend]
+        [recv] = [o for o in ops if o.op is irecv]
+        group = send.group
+        assert recv.group == group, "the send and the receive of a shift go over one group"
+        k, index = len(group.ranks), group.ranks.index(world.rank)
+        step = (group.ranks.index(send.peer) - index) % k
+        assert (index - group.ranks.index(recv.peer)) % k == step, "receives from the member the shift sends from"
+        return [start("send_recv", group, send.tensor, recv.tensor, True, step)]
+
+    def get_world_size(group):
+        return len(group.ranks)
+
+    def get_rank(group):
+        return group.ranks.index(world.rank)
+
+    def get_global_rank(group, group_rank):
+        return group.ranks[group_rank]
+
+    dist.P2POp = P2POp
+    for fn in (isend, irecv, batch_isend_irecv, get_world_size, get_rank, get_global_rank):
+        setattr(dist, fn.__name__, fn)
 
     def new_subgroups_by_enumeration(ranks_per_subgroup_list):
         groups = [Group(tuple(r)) for r in ranks_per_subgroup_list]

@@ -152,6 +152,11 @@ def write_plan(path: Path, placement: Placement, request: Request, programs: lis
     return path
 
 
+def collectives_for(axes: list[str]) -> list[Collective]:
+    """Every collective a request over the named `axes` can be: send_recv (a shift) only along one axis."""
+    return [c for c in Collective if c is not Collective.SEND_RECV or len(axes) == 1]
+
+
 def request_of(placement: Placement, axes: list[str], collective: Collective) -> Request:
     """The request over the named axes."""
     names = [a.name for a in placement.axes]
@@ -182,7 +187,7 @@ def case_plans(case: str, folder: Path, pieces: tuple[int, ...] = (1,)) -> dict[
     (written into `folder`), and what it holds."""
     placement, axes, max_steps = CASES[case]
     out = {}
-    for collective in Collective:
+    for collective in collectives_for(axes):
         request = request_of(placement, axes, collective)
         programs = pipelined(all_programs(placement, request, max_steps), pieces)
         out[collective] = (write_plan(folder / f"{case}-{collective.value}.json", placement, request, programs), placement, request, programs)

@@ -25,10 +25,11 @@ def placements(draw, max_devices: int = 48, max_axes: int = 3, max_levels: int =
 
 
 @st.composite
-def requests(draw, placement: Placement) -> Request:
-    """A random request over a non-empty subset of the placement's axes."""
+def requests(draw, placement: Placement, collectives: tuple[Collective, ...] = tuple(Collective)) -> Request:
+    """A random request over a non-empty subset of the placement's axes, its collective one of `collectives` (the
+    searches' tests take STEP_OPS: a send_recv is never searched)."""
     axes = draw(st.sets(st.integers(0, len(placement.axes) - 1), min_size=1))
-    collective = draw(st.sampled_from(list(Collective)))
+    collective = draw(st.sampled_from(list(collectives)))
     if collective is Collective.SEND_RECV:  # a shift runs along exactly one axis
         axes = {draw(st.sampled_from(sorted(axes)))}
     return Request(frozenset(axes), collective)

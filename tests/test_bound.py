@@ -232,3 +232,25 @@ def test_a_wrong_bound_fails_the_property():
         assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(1.5 / (1.5 + 1e-6), rel=1e-12)
     with mock.patch.object(cost, "level_floor", lambda *a: 0.0):  # the pipeline formula alone: 0.75 of the cut
         assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(0.75, rel=1e-4)
+
+
+def test_send_recv_by_hand():
+    """pipe 4 over node 2 x socket 2 (node: 1 GB/s, uplink 1 GB/s, 20 us; socket: 4 GB/s, 5 us), data 2 on the cores,
+    send_recv of 1 MB. node: u = 2 units of G = 2 pipe members; one group's wrap-around sends M out of each node, at
+    G x e(node) = 2 x min(1, 1/4) GB/s = 0.5 GB/s: 2 ms. socket: u = 4, G = 1, e(node) + e(socket) = 4.25 GB/s:
+    235.3 us. Latency floor: the least of 20 and 5 us (the pairs of each level pay their own, at once).
+    Bound 2.005 ms; both cost models predict 2.02 ms (20 us + 1 MB at 0.5 GB/s: two senders on the node uplink)."""
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=20),
+                          Level(name="socket", count=2, bandwidth_GBps=4.0, latency_us=5),
+                          Level(name="core", count=2, bandwidth_GBps=8.0, latency_us=1)))
+    p = Placement(h, (Axis(name="pipe", size=4), Axis(name="data", size=2)), ((2, 2, 1), (1, 1, 2)))
+    request = Request(frozenset({0}), Collective.SEND_RECV)
+    b = lower_bound(p, request, 1e6)
+    node, socket = b.levels
+    assert (node.units, node.members, node.need_bytes, node.pipelined) == (2, 2, 1e6, 1.0)
+    assert node.seconds == pytest.approx(2e-3, rel=1e-12)
+    assert socket.seconds == pytest.approx(1e6 / 4.25e9, rel=1e-12)
+    assert b.latency_s == pytest.approx(5e-6) and b.seconds == pytest.approx(2.005e-3, rel=1e-12)
+    [raw] = enumerate_programs(Collective.SEND_RECV, 2, 4)
+    for kind in CostModelKind:
+        assert program_cost(p, request, to_program(raw, p, request), 1e6, kind) == pytest.approx(2.02e-3, rel=1e-12)

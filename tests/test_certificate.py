@@ -45,7 +45,7 @@ def _links(p: Placement, draw) -> Placement:
 @st.composite
 def cases(draw, max_cells: int = 3):
     p = _links(draw(placements(max_devices=36)), draw)
-    req = draw(requests(p))
+    req = draw(requests(p, STEP_OPS))
     n = len(req.reduced_cells(p))
     assume(1 <= n <= max_cells)
     return p, req, draw(st.sampled_from([1 << 10, 1 << 20, 1 << 28])), draw(st.sampled_from(list(CostModelKind)))

@@ -16,7 +16,7 @@ from p2synth.solver.cost import (TREE_BUS_EFFICIENCY, AlphaBeta, PY, mask_bits, 
 from p2synth.solver.search import Proof, solve
 from p2synth.solver.stepcosts import edge_costs, split_costs
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 NODE_LAT, GPU_LAT = 1e-5, 1e-6  # between hosts, inside a host
 NODE_BW, GPU_BW = 12.5e9, 100e9
 TINY, LARGE = 1024.0, float(1 << 30)

@@ -92,7 +92,8 @@ def make_case(case_id: str, placement: Placement, wanted: list[tuple[tuple[str, 
 
 def all_collectives(axes: tuple[str, ...], per_length: int | None, reduce_per_length: int | None):
     """`wanted` entries for every collective over `axes` (reduce has the most programs: its own limit)."""
-    return [(axes, c, reduce_per_length if c is Collective.REDUCE else per_length) for c in Collective]
+    return [(axes, c, reduce_per_length if c is Collective.REDUCE else per_length) for c in Collective
+            if c is not Collective.SEND_RECV or len(axes) == 1]  # a shift runs along one axis
 
 
 CASES = [
@@ -234,6 +235,8 @@ def expected(placement: Placement, request: Request, inputs: np.ndarray) -> dict
             out[r] = inputs[members[0]]
         elif col is Collective.ALL_TO_ALL:  # chunk k: member k's chunk addressed to r
             out[r] = np.concatenate([inputs[m].reshape(len(members), -1, inputs.shape[-1])[coords[r]] for m in members])
+        elif col is Collective.SEND_RECV:  # the predecessor's input (member coords[r] - 1 on the axis)
+            out[r] = inputs[members[(coords[r] - 1) % len(members)]]
     return out
 
 
@@ -419,6 +422,10 @@ def simulate_group(step, members: list[int], xs: dict[int, np.ndarray]) -> None:
         rest = total.shape[len(step.dims):]
         for i, m in enumerate(members):
             xs[m] = total.reshape(k, -1)[i].reshape(rest)
+    elif step.op is Collective.SEND_RECV:  # member i's buffer to member i + 1
+        sent = [xs[m] for m in members]
+        for i, m in enumerate(members):
+            xs[m] = sent[i - 1].copy()
     elif step.op is Collective.ALL_TO_ALL:  # block i of member j's send goes to member i, at place j
         sends = [xs[m] for m in members]
         assert sends[0].shape[: len(step.dims)] == step.sizes

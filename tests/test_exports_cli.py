@@ -113,3 +113,25 @@ def test_exporting_a_single_device_is_one_line_and_exit_2_from_both_commands(tmp
     saved = _run("-m", "solver.exports", str(plan), "--format", "jax")
     assert (saved.returncode, saved.stdout) == (2, "")
     assert saved.stderr.splitlines() == ["error: placement 0 has no cells (a single device): there is no mesh to export"]
+
+
+
+@pytest.mark.parametrize("fmt,call", [("torch", "x = _send_recv(x, mesh.get_group(\"pipe@node\"))"),
+                                      ("jax", "x = _send_recv(x, (\"pipe@node\",), size=2)")])
+def test_a_workload_with_a_send_recv_exports_its_shift(tmp_path, fmt, call):
+    """A send_recv request exports as the framework's shift (batch_isend_irecv, ppermute) beside the reductions."""
+    spec = tmp_path / "shift.json"
+    spec.write_text(json.dumps({
+        "hierarchy": {"levels": [{"name": "node", "count": 2, "bandwidth_GBps": 1.0, "latency_us": 20},
+                                 {"name": "gpu", "count": 2, "bandwidth_GBps": 8.0, "latency_us": 1}]},
+        "axes": [{"name": "pipe", "size": 2}, {"name": "data", "size": 2}],
+        "placements": [[[2, 1], [1, 2]]],
+        "workload": [{"name": "grads", "axes": ["data"], "message_bytes": 4096},
+                     {"name": "acts", "axes": ["pipe"], "collective": "send_recv", "message_bytes": 4096}]}))
+    plan = tmp_path / "plan.json"
+    done = _run("-m", "solver.run", str(spec), "--quiet", "--out", str(plan))
+    assert done.returncode == 0, done.stderr
+    done = _run("-c", NO_SOLVER, str(plan), "--format", fmt)
+    assert done.returncode == 0, done.stderr
+    assert "def acts(" in done.stdout and call in done.stdout
+    assert ("dist.batch_isend_irecv([" if fmt == "torch" else "lax.ppermute(x, axes, perm=") in done.stdout

@@ -84,8 +84,8 @@ def test_on_the_fake_cupy_every_check_runs_and_passes(schedule):
     job = run(["-c", WITH_FAKE.format(None, schedule, "")])
     assert job.returncode == 0, job.stdout + job.stderr
     [line] = job.stdout.splitlines()
-    assert line.startswith("gpu_check: ok: fake GPU (numpy), CuPy fake, NCCL 0: buffers 48 checks, nccl 18 one-rank collectives, "
-                           "pipeline 4 pipelined runs, bench 6 one-device plans, all exact, in ")
+    assert line.startswith("gpu_check: ok: fake GPU (numpy), CuPy fake, NCCL 0: buffers 48 checks, nccl 20 one-rank collectives, "
+                           "pipeline 4 pipelined runs, bench 7 one-device plans, all exact, in ")
 
 
 @pytest.mark.parametrize("broken, schedule", [(NO_STEP_EVENTS, "last"), (NO_STEP_EVENTS, "first"), (NO_JOIN, "first"),

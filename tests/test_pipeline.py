@@ -24,7 +24,7 @@ from p2synth.solver.stepcosts import edge_costs, split_costs
 from p2synth.solver.topn import Candidates
 from tests.test_certificate import cases
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 
 # node 2 x gpu 4, data = 8: inner links 20x the outer ones
 H = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0),

@@ -41,7 +41,9 @@ def runs(draw, collectives=tuple(Collective)):
     """A random run: placement, request (collective from `collectives`) and element count (whole chunks)."""
     placement = draw(placements(max_devices=32))
     request = draw(requests(placement))
-    request = Request(request.axes, draw(st.sampled_from(collectives)))
+    collective = draw(st.sampled_from(collectives))
+    # a shift runs along one axis
+    request = Request(frozenset({min(request.axes)}) if collective is Collective.SEND_RECV else request.axes, collective)
     group = reduction_group(placement, request, 0)
     return placement, request, group.size * draw(CHUNKS)
 
@@ -123,6 +125,8 @@ def test_expected_is_the_wrapping_sum_of_the_inputs(run):
             want = inputs[g.root]
         elif col is Collective.ALL_TO_ALL:  # place i: member i's chunk addressed to this rank
             want = np.concatenate([inputs[m][g.position * d.chunk : (g.position + 1) * d.chunk] for m in g.members])
+        elif col is Collective.SEND_RECV:  # the predecessor's input on the axis
+            want = inputs[g.members[(g.position - 1) % g.size]]
         else:
             want = wrapping_sum([inputs[m] for m in g.members])
             if col is Collective.REDUCE_SCATTER:
@@ -278,3 +282,21 @@ def test_element_count_rounds_down_to_whole_pieces_of_every_chunk():
     assert element_count(128, 8, 4) == 32
     with pytest.raises(ValueError, match="^64 bytes is less than one float32 per piece for 8 chunks in 4 pieces$"):
         element_count(64, 8, 4)
+
+
+@given(runs(collectives=(Collective.SEND_RECV,)))
+def test_a_shift_from_the_wrong_neighbour_or_to_the_wrong_place_changes_every_element(run):
+    """send_recv: rank r must hold its predecessor's input on the axis. Another member's input differs in every
+    element (the rank field), the right input moved by any offset in every element's index field."""
+    placement, request, count = run
+    everyone = data_of(placement, request, count)
+    inputs = [d.input() for d in everyone]
+    for d in everyone:
+        g = d.group
+        want = d.expected()
+        assert np.array_equal(want, inputs[g.members[g.position - 1]])
+        for m in g.members:
+            if m != g.members[g.position - 1]:
+                assert np.all(inputs[m] != want)
+        for offset in range(1, count):
+            assert np.all(index_field(np.roll(want, offset), placement, count) != index_field(want, placement, count))

@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 import tests.fake_cupy as fake_cupy_module
 from p2synth.hierarchies import Collective
+from p2synth.hierarchies.program import STEP_OPS
 from p2synth.runtime.nccl import CupyBackend, NcclGroup
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 from p2synth.runtime.executor import slots
@@ -80,7 +81,7 @@ def group(fabric: Fabric, rank: int, members: int) -> NcclGroup:
     """An NcclGroup of `members` on the fabric, without the MPI bootstrap of its constructor."""
     g = object.__new__(NcclGroup)
     g.nccl = types.SimpleNamespace(groupStart=fabric.group_start, groupEnd=fabric.group_end)
-    g.stream, g.comm, g.types, g.members = 0, Comm(fabric, rank), TYPES, members
+    g.stream, g.comm, g.types, g.members, g.rank = 0, Comm(fabric, rank), TYPES, members, rank
     return g
 
 
@@ -100,6 +101,23 @@ def test_grouped_send_recv_is_an_all_to_all(members, dtype):
     for q in range(members):  # block i of rank q's output: rank i's block q
         want = np.concatenate([src[i][q * block:(q + 1) * block] for i in range(members)])
         assert np.array_equal(dst[q], want)
+
+
+@pytest.mark.parametrize("members", [1, 2, 3, 8])
+@pytest.mark.parametrize("step", [1, -1])
+def test_send_recv_is_one_send_to_the_successor_and_one_recv_from_the_predecessor(members, step):
+    """The shift (step 1) and the wrong-neighbour fault's reverse shift (step -1): rank q ends with rank q - step's
+    buffer, from one send and one recv inside one group call per rank."""
+    fabric = Fabric()
+    src = [np.arange(r * 100, r * 100 + 7, dtype=CHECK_DTYPE).view(Array) for r in range(members)]
+    dst = [np.zeros(7, dtype=CHECK_DTYPE).view(Array) for _ in range(members)]
+    for r in range(members):
+        group(fabric, r, members).send_recv(src[r], dst[r], step=step)
+    fabric.deliver()
+    assert fabric.groups == members and fabric.depth == 0
+    assert sorted(fabric.sent) == sorted(((r, (r + step) % members) for r in range(members)))
+    for q in range(members):
+        assert np.array_equal(dst[q], src[(q - step) % members])
 
 
 NCCL_NAMES = {Collective.ALL_REDUCE: "allReduce", Collective.REDUCE_SCATTER: "reduceScatter", Collective.ALL_GATHER: "allGather",
@@ -124,11 +142,11 @@ def test_a_pipelined_program_runs_step_k_of_every_piece_on_stage_stream_k(fake_c
     assert passed == 4
     main = backend.stream.ptr
     stages = [s.ptr for s in backend.stage_streams]
-    assert len(stages) == len(Collective) and main not in stages
+    assert len(stages) == len(STEP_OPS) and main not in stages
     by_stream = {ptr: [what for p, what in fake_cupy.LOG if p == ptr] for ptr in [main, *stages]}
     pieces = len(DTYPES) * 2 * sum(PIECES)  # pieces run: two runs of each piece count, for each dtype
     last = len(stages) - 1
-    for k, (op, ptr) in enumerate(zip(Collective, stages)):
+    for k, (op, ptr) in enumerate(zip(STEP_OPS, stages)):
         nccl = [w for w in by_stream[ptr] if w in NCCL_NAMES.values()]
         assert nccl == [NCCL_NAMES[op]] * pieces, k  # step k of every piece, and nothing else
         assert by_stream[ptr].count("copyto") == ((k > 0) + (k == last)) * pieces  # its repack; the tail's on the last
@@ -152,7 +170,7 @@ def test_every_nccl_call_of_a_pipelined_run_is_in_its_slots_group_call_in_wavefr
     launches = fake_cupy.LAUNCHES
     assert launches and None not in {group for _, _, group in launches}
     assert len({comm for comm, _, _ in launches}) == 1  # the chain's one-rank communicator
-    ops = list(Collective)
+    ops = list(STEP_OPS)
     want = [[call for _, k in slot if k < len(ops) for call in calls_of(ops[k])]
             for _dtype in DTYPES for pieces in PIECES for _run in range(2) for slot in slots(pieces, len(ops))]
     got = [[op for _, op, _ in calls] for _, calls in groupby(launches, key=lambda launch: launch[2])]

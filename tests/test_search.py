@@ -2,21 +2,23 @@
 
 import math
 
+import pytest
+
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from p2synth.hierarchies.program import Program, Step, default_program
+from p2synth.hierarchies.program import STEP_OPS, Program, Step, default_program
 from p2synth.hierarchies import abstract
 from p2synth.solver.cost import program_seconds, step_seconds
-from p2synth.solver.models import cost_model
+from p2synth.solver.models import CostModelKind, cost_model
 from p2synth.hierarchies.program import to_program
 from p2synth.solver.search import solve
 from p2synth.hierarchies.verify import Verifier, miniature
 from tests import oracles
 from tests.strategies import placements, requests
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 
 
 def _with_links(p: Placement, draw) -> Placement:
@@ -34,7 +36,7 @@ def _with_links(p: Placement, draw) -> Placement:
 @st.composite
 def _costed_case(draw):
     p = _with_links(draw(placements(max_devices=36)), draw)
-    req = draw(requests(p))
+    req = draw(requests(p, STEP_OPS))
     size = draw(st.sampled_from([1 << 10, 1 << 20, 1 << 28]))
     return p, req, size
 
@@ -140,3 +142,23 @@ def test_z3_alone_by_tightening_finds_the_dijkstra_optimum(case):
     assert best.proved and math.isclose(best.cost, oracle[0], rel_tol=1e-9)
     raw_cost = sum(program_seconds(model, p, req, to_program(best.program, p, req)))
     assert math.isclose(raw_cost, oracle[0], rel_tol=1e-9)
+
+
+def test_send_recv_is_solved_without_a_search_its_default_the_only_proved_program(monkeypatch):
+    """A shift has one program, its default; solve returns it as the only, proved-best program and never runs the
+    sketch, the state space or the certificate (each made to fail here)."""
+    import p2synth.solver.search as search
+
+    def never(*args, **kwargs):
+        raise AssertionError("send_recv must not be searched")
+
+    for name in ("_ranking", "count_programs", "state_space", "prove_step_semantics"):
+        monkeypatch.setattr(search, name, never)
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=20),
+                          Level(name="core", count=4, bandwidth_GBps=8.0, latency_us=1)))
+    p = Placement(h, (Axis(name="pipe", size=2), Axis(name="data", size=4)), ((2, 1), (1, 4)))
+    for kind in CostModelKind:
+        s = solve(p, Request(frozenset({0}), SR), 1_000_000, 4, model_kind=kind)
+        assert s.default.program.text(p) == "SR(pipe@node)"
+        assert s.programs == (s.default,) and s.program_count == 1 and s.optimal and not s.timed_out
+        assert s.default.cost_s == pytest.approx(4.02e-3, rel=1e-12)  # 20 us + 1 MB at 1/4 of the 1 GB/s uplink

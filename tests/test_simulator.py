@@ -17,7 +17,7 @@ from p2synth.solver.simulator import Simulator, libnbc_binomial_all_reduce, open
 from p2synth.hierarchies.model import CollectiveLibrary
 from tests import oracles
 
-AR, RS, AG, R, B, A2A = Collective
+AR, RS, AG, R, B, A2A, SR = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 

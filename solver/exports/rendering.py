@@ -89,6 +89,10 @@ RESULTS = {
         "group is k. Returns the chunks addressed to this device, same shape: chunk k came from the device "
         "whose coordinate is k."
     ),
+    Collective.SEND_RECV: (
+        "A shift along the axis: `tensor` goes to the device whose coordinate in the group is one more "
+        "(mod {g}). Returns, same shape, the `tensor` of the device whose coordinate is one less."
+    ),
 }
 
 
@@ -99,6 +103,7 @@ _STEP_NOTES = {
     Collective.REDUCE: ": the sum goes to the root (digits 0 on the slice)",
     Collective.BROADCAST: ": from the root (digits 0 on the slice)",
     Collective.ALL_TO_ALL: ": exchanged over the slice, buffer {}",
+    Collective.SEND_RECV: ": each member's buffer to the next member",
 }
 
 

@@ -5,7 +5,8 @@ builds a ``jax.sharding.Mesh`` whose axes are the placement's cells, outer to
 inner, with device ``r`` of ``jax.devices()`` at the coordinate whose row-major
 index is ``r`` (see :mod:`solver.exports.planning`). One function per request,
 ``name(tensor)``, runs its program inside ``shard_map`` with ``lax.psum``,
-``lax.psum_scatter``, ``lax.all_gather`` and ``lax.all_to_all`` over tuples
+``lax.psum_scatter``, ``lax.all_gather``, ``lax.all_to_all`` and (a
+send_recv's shift, member ``i`` to ``i + 1``) ``lax.ppermute`` over tuples
 of axis names;
 ``on_mesh(fn, mesh)`` wraps one for a global array. A pipelined program runs
 as a loop over its pieces inside ``shard_map``, cut as the runtime cuts them
@@ -17,6 +18,8 @@ exported.
 """
 
 from __future__ import annotations
+
+import math
 
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
@@ -83,6 +86,13 @@ def _all_to_all(x, axes):
     return out.reshape(x.shape)
 '''
 
+_SEND_RECV = '''
+def _send_recv(x, axes, size):
+    """A shift over the mesh axes `axes` (members in order of their index, `size` of them): this member's `x`
+    goes to member i + 1, and the result is member i - 1's (mod `size`)."""
+    return lax.ppermute(x, axes, perm=[(i, (i + 1) % size) for i in range(size)])
+'''
+
 _PIPELINED = '''
 def _pipelined(tensor, chunks, sizes, pieces, steps, tail):
     """Run a program's `steps` on `pieces` pieces of `tensor`, traced in the runtime's wavefront order; the result, flat.
@@ -121,6 +131,7 @@ def _action_code(action: ActionPlan, pipelined: bool) -> str:
         Collective.REDUCE_SCATTER: f"_reduce_scatter(x, {axes}, lead={len(action.dims)})",
         Collective.ALL_GATHER: f"_all_gather(x, {axes}, sizes={action.sizes!r})",
         Collective.ALL_TO_ALL: f"_all_to_all(x, {axes})",
+        Collective.SEND_RECV: f"_send_recv(x, {axes}, size={math.prod(action.sizes)})",
     }[action.op]
     return f"return {call}" if pipelined else f"x = {call}"
 
@@ -162,7 +173,7 @@ def _helpers(plan: ModulePlan) -> list[str]:
     if plan.pipelined:
         chosen += [WAVEFRONT, _PIPELINED]
     for op, text in ((Collective.REDUCE_SCATTER, _REDUCE_SCATTER), (Collective.ALL_GATHER, _ALL_GATHER),
-                     (Collective.ALL_TO_ALL, _ALL_TO_ALL)):
+                     (Collective.ALL_TO_ALL, _ALL_TO_ALL), (Collective.SEND_RECV, _SEND_RECV)):
         if plan.uses(op):
             chosen.append(text)
     return helper_lines(chosen)

@@ -5,7 +5,8 @@ a ``DeviceMesh`` whose dimensions are the placement's cells, outer to inner
 (see :mod:`solver.exports.planning`), and the process groups of every slice that
 spans several of them; one function per request, ``name(tensor, mesh)``, runs
 its program with ``torch.distributed`` collectives and returns what the plain
-collective over the whole reduction group would. A pipelined program runs on
+collective over the whole reduction group would (a send_recv's shift, member
+``i`` to ``i + 1`` of its group: one ``dist.batch_isend_irecv``). A pipelined program runs on
 its pieces as the runtime's wavefront, every step started with
 ``async_op=True`` and waited for before the piece's next step.
 """
@@ -121,6 +122,37 @@ def _all_to_all(x, group, async_op=False):
     return (out, work) if async_op else out
 '''
 
+_SEND_RECV = '''
+class _Works:
+    """The works of one batch_isend_irecv, waited for together."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for work in self.works:
+            work.wait()
+        return True
+
+
+def _send_recv(x, group, async_op=False):
+    """A shift over `group` (group rank order): this member's `x` goes to group rank i + 1, and the result is
+    group rank i - 1's (mod the group's size), one batch_isend_irecv. With async_op, returns (result, work):
+    the result is there once work.wait() returns.
+    """
+    send = x.contiguous()
+    out = torch.empty_like(send)
+    size, me = dist.get_world_size(group), dist.get_rank(group)
+    work = _Works(dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, send, dist.get_global_rank(group, (me + 1) % size), group),
+        dist.P2POp(dist.irecv, out, dist.get_global_rank(group, (me - 1) % size), group),
+    ]))
+    if async_op:
+        return out, work
+    work.wait()
+    return out
+'''
+
 _NOTES = "Like torch.distributed's collectives it may overwrite `tensor`. Every rank calls it."
 _REDUCE_NOTE = "The result is undefined on the other ranks, as after dist.reduce. "
 
@@ -153,6 +185,7 @@ def _action_code(action: ActionPlan, pipelined: bool) -> str:
         Collective.REDUCE_SCATTER: f"_reduce_scatter(x, {group}, lead={len(action.dims)}",
         Collective.ALL_GATHER: f"_all_gather(x, {group}, sizes={action.sizes!r}",
         Collective.ALL_TO_ALL: f"_all_to_all(x, {group}",
+        Collective.SEND_RECV: f"_send_recv(x, {group}",
     }[action.op]
     return f"return {call}, async_op=True)" if pipelined else f"x = {call})"
 
@@ -196,6 +229,8 @@ def _helpers(plan: ModulePlan) -> list[str]:
         chosen.append(_ALL_GATHER)
     if plan.uses(Collective.ALL_TO_ALL):
         chosen.append(_ALL_TO_ALL)
+    if plan.uses(Collective.SEND_RECV):
+        chosen.append(_SEND_RECV)
     return helper_lines(chosen)
 
 
