@@ -250,7 +250,8 @@ def measure(args: argparse.Namespace, log) -> dict:
     from scripts.accuracy.measure import testbed, up_and_calibrate
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv,
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv, "commit": commit or None,
            "settings": {"rounds": args.rounds, "warmup": args.warmup, "calibrate_bytes": args.calibrate_bytes,
                         "step": STEP, "jobs": JOBS}, "testbeds": []}
     for name in args.testbeds:
