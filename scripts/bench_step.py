@@ -52,7 +52,8 @@ KiB, MiB = 1 << 10, 1 << 20
 MICROBATCHES = 4
 STEP = {"schedule": "1f1b", "microbatches": MICROBATCHES, "layers": 4, "compute": {"forward_ms": 8, "backward_ms": 16}}
 PASSES = 2 * MICROBATCHES
-# The two jobs, fixed before measuring: a 3D-parallel one and a data x pipeline one, on 8 ranks.
+# The jobs, fixed before measuring, on 8 ranks: a 3D-parallel one, a data x pipeline one (both in the first
+# campaign, docs/measurements/step.md), and a pipeline x tensor one added for the second, held-out campaign.
 JOBS = {
     "dp2-pp2-tp2": {
         "axes": [{"name": "data", "size": 2}, {"name": "pipeline", "size": 2}, {"name": "tensor", "size": 2}],
@@ -69,6 +70,14 @@ JOBS = {
         "workload": [
             {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 1 * MiB, "count": PASSES},
             {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 4 * MiB, "count": 2},
+        ],
+    },
+    "pp4-tp2": {
+        "axes": [{"name": "pipeline", "size": 4}, {"name": "tensor", "size": 2}],
+        "roles": {"pipeline": "pipeline", "tensor": "tensor"},
+        "workload": [
+            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": 256 * KiB, "count": 2 * PASSES},
+            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 512 * KiB, "count": PASSES},
         ],
     },
 }
@@ -167,7 +176,7 @@ def summary(rows_: list[dict]) -> dict:
             "sum_model_regret": max(by_sum.values(), default=None),
             "sum_model_regret_by_job": by_sum,
             "disagreements_by_job": {j: disagreements(g) for j, g in jobs.items()},
-            "wrong_elements": sum(r["wrong"] for r in done),
+            "wrong_elements": sum(sum(r["wrong"].values()) for r in done),
         }
     return out
 

@@ -109,7 +109,8 @@ def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | 
     )
     step = problem.spec.step
     return PlacementResult(placement, requests,
-                           None if step is None else step_time(step, placement, occurrences_of(step, placement, requests)))
+                           None if step is None else step_time(step, placement, occurrences_of(step, placement, requests,
+                                                                                           problem.spec.cost_model)))
 
 
 def rank_plans(plans: list[PlacementResult], unsolved: list[Matrix]) -> SweepResult:

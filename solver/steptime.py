@@ -8,18 +8,22 @@ Per placement, with ``p`` pipeline stages, ``t`` the tensor axis size and
   step section's per-layer time, divided by ``t``.
 * **layer communication** (requests over the tensor or expert axis): on the
   critical path, ``count / (2 m)`` occurrences in every forward and every
-  backward pass, each at its best program's predicted time.
+  backward pass, each at its best program's predicted time on the machine of
+  one stage (:func:`stage_view`: the other stages run other passes, so their
+  groups do not share the links).
 * **pipeline sends** (a ``send_recv`` over the pipeline axis): a pass on
   stage ``s`` waits for the previous stage's pass of the same microbatch plus
-  one transfer, the transfers between two stages in one direction one at a
-  time (:func:`timeline`, which runs the schedule of ``hierarchies/step.py``
+  one transfer (the ``send_recv``'s time one way, :func:`one_way`: a pipeline
+  send goes from one stage to the next), the transfers between two stages in
+  one direction one at a time (:func:`timeline`, which runs the schedule of ``hierarchies/step.py``
   event by event).
 * **the bubble**: the idle time of the schedule without transfers,
   ``(p - 1)`` forward-and-backward passes for 1F1B and GPipe alike.
 * **gradient buckets** (requests over the data axis): each occurrence is a
   bucket, ready when the share of the stage's last backward pass done equals
   the share of the bucket bytes up to it; buckets are reduced one after the
-  other, overlapping that pass. Only what runs past the pass is exposed.
+  other, overlapping that pass, each at its planned time (every stage's
+  groups at once). Only what runs past the pass is exposed.
   Requests that run at once share a level's links: when a bucket's program and
   a layer request's program use a common level, the backward pass's layer
   communication and the buckets cannot overlap each other, so the buckets end
@@ -35,9 +39,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Program
 from p2synth.hierarchies.step import Part, Pass, Role, Schedule, StepSpec, part_of, stage_ops
+from p2synth.solver.models import CostModelKind, program_cost
 
 
 @dataclass(frozen=True)
@@ -174,13 +180,53 @@ def _levels(program: Program) -> set[int]:
     return {cell.level for step in program.steps for cell in step.slice}
 
 
-def occurrences_of(step: StepSpec, placement: Placement, requests) -> list[Occurrence]:
-    """The `requests` (planner results: ``named`` and ``solution``) of one placement as the model's occurrences."""
+def stage_view(placement: Placement, axis: int) -> Placement:
+    """The machine one pipeline stage sees: `placement` with the pipeline axis `axis` cut to one stage.
+
+    Each level's count is divided by the axis's factor at that level and the
+    axis has size 1, so a level's unit holds only one stage's devices: the
+    devices that share its uplink while a stage's requests run.
+    """
+    h = placement.hierarchy
+    factors = placement.matrix[axis]
+    levels = [{**lv.model_dump(), "count": lv.count // factors[l]} for l, lv in enumerate(h.levels)]
+    hierarchy = Hierarchy.model_validate({**h.model_dump(), "levels": levels})
+    axes = tuple(a if i != axis else a.model_copy(update={"size": 1}) for i, a in enumerate(placement.axes))
+    matrix = tuple(row if i != axis else (1,) * len(row) for i, row in enumerate(placement.matrix))
+    return Placement(hierarchy, axes, matrix)
+
+
+def one_way(placement: Placement) -> Placement:
+    """`placement` on links that carry data one way at a time: every level's duplex efficiency dropped (1)."""
+    h = placement.hierarchy
+    levels = [{**lv.model_dump(), "duplex_efficiency": None} for lv in h.levels]
+    return Placement(Hierarchy.model_validate({**h.model_dump(), "levels": levels}), placement.axes, placement.matrix)
+
+
+def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostModelKind) -> list[Occurrence]:
+    """The `requests` (planner results: ``named`` and ``solution``) of one placement as the model's occurrences.
+
+    Each runs its proved-best program, priced (cost model `kind`) where it runs
+    in the step: a layer request inside one stage's pass, while the other
+    stages run other passes, so on :func:`stage_view`; a pipeline send one way,
+    from one stage to the next, so on :func:`one_way`; the others as planned
+    (the gradient buckets of all stages at once: their last backward passes
+    end one pass apart, and a bucket's reduction is not short beside a pass).
+    """
+    names = [a.name for a in placement.axes]
+    pipeline = step.axis(Role.PIPELINE)
+    stages = placement.axes[names.index(pipeline)].size if pipeline in names else 1
     out = []
     for r in requests:
         named, best = r.named, r.solution.best
-        axes = tuple(placement.axes[a].name for a in sorted(named.request.axes))
+        axes = tuple(names[a] for a in sorted(named.request.axes))
+        part = part_of(step, axes, named.request.collective)
         program = best.program if best is not None else r.solution.default.program
-        out.append(Occurrence(part_of(step, axes, named.request.collective), named.message_bytes, named.count,
-                              program, r.best_s))
+        seconds = r.best_s
+        if stages > 1 and part is Part.LAYER:
+            seconds = program_cost(stage_view(placement, names.index(pipeline)), named.request, program,
+                                   named.message_bytes, kind)
+        elif part is Part.PIPELINE:
+            seconds = program_cost(one_way(placement), named.request, program, named.message_bytes, kind)
+        out.append(Occurrence(part, named.message_bytes, named.count, program, seconds))
     return out

@@ -20,7 +20,8 @@ def _placement(index: int, predicted: float, measured: float, sum_s: float) -> d
     got = {"step_s": measured, "step_ci_s": [measured * 0.98, measured * 1.02], "rounds_s": [measured] * 3,
            "compute_s": 0.1, "layer_comm_s": 0.01, "pipeline_wait_s": 0.02, "gradient_exposed_s": 0.0, "after_s": 0.0}
     return {"index": index, "matrix": [[1]], "description": f"p{index}", "predicted": {**parts, "step_s": predicted},
-            "sum_s": sum_s, "measured": got, "default": {**got, "step_s": measured * 1.1}, "wrong": 0}
+            "sum_s": sum_s, "measured": got, "default": {**got, "step_s": measured * 1.1},
+            "wrong": {"check": 0, "activations": 0, "outputs": 0}}
 
 
 RAW = {"testbeds": [{"testbed": {"name": "tb"}, "jobs": [

@@ -183,3 +183,34 @@ def test_schedule_properties(schedule, stages, microbatches, fwd, bwd, send):
             if 0 <= source < stages:
                 assert t.start >= moving[source][kind, j].end + send - 1e-9
     assert max(t.end for stage in moving for t in stage.values()) >= end - 1e-9
+
+
+def test_a_layer_request_is_priced_on_one_stage_and_a_send_one_way():
+    """The stage view is the machine of one stage built by hand; a pipeline send drops the duplex factor."""
+    from p2synth.hierarchies.model import Hierarchy
+    from p2synth.hierarchies.placement import Axis, Placement
+    from p2synth.hierarchies.program import Request
+    from p2synth.solver.models import CostModelKind, program_cost
+    from p2synth.hierarchies.program import default_program
+    from p2synth.solver.steptime import one_way, stage_view
+
+    levels = [{"name": "node", "count": 2, "bandwidth_GBps": 1.0, "uplink_GBps": 1.0, "latency_us": 10, "duplex_efficiency": 0.5},
+              {"name": "core", "count": 4, "bandwidth_GBps": 20.0, "latency_us": 1, "duplex_efficiency": 0.5}]
+    h = Hierarchy.model_validate({"name": "h", "levels": levels, "library": "open-mpi"})
+    axes = (Axis(name="pp", size=2), Axis(name="tp", size=2), Axis(name="dp", size=2))
+    placed = Placement(h, axes, ((1, 2), (2, 1), (1, 2)))  # pipeline inside the node: 4 devices share its uplink
+    view = stage_view(placed, 0)
+    assert [lv.count for lv in view.hierarchy.levels] == [2, 2] and view.matrix == ((1, 1), (2, 1), (1, 2))
+    by_hand = Placement(Hierarchy.model_validate({"name": "h", "levels": [levels[0], {**levels[1], "count": 2}],
+                                                  "library": "open-mpi"}),
+                        (Axis(name="pp", size=1), Axis(name="tp", size=2), Axis(name="dp", size=2)), ((1, 1), (2, 1), (1, 2)))
+    tp = Request(frozenset({1}))
+    for kind in CostModelKind:
+        program = default_program(placed, tp)
+        whole, one = program_cost(placed, tp, program, 1 << 20, kind), program_cost(view, tp, program, 1 << 20, kind)
+        assert one == program_cost(by_hand, tp, program, 1 << 20, kind) and one < whole
+    send = Request(frozenset({0}), Collective.SEND_RECV)
+    program = default_program(placed, send)
+    two_way = program_cost(placed, send, program, 1 << 20, CostModelKind.SIMULATOR)
+    assert program_cost(one_way(placed), send, program, 1 << 20, CostModelKind.SIMULATOR) < two_way
+    assert [lv.duplex_efficiency for lv in one_way(placed).hierarchy.levels] == [None, None]
