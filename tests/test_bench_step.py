@@ -87,3 +87,24 @@ def test_jobs_are_valid_step_specs():
     for job in JOBS:
         problem = build_problem(parse_spec(json.dumps(spec_for(h, job))))
         assert problem.spec.step is not None and len(problem.matrices) >= 2
+
+
+def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
+    """docs/measurements/step.md's tables and step-summary.json are what --from-raw makes of the committed raw files."""
+    doc = (ROOT / "docs" / "measurements" / "step.md").read_text()
+    for raw, summary_path in (("step.raw.json", ROOT / "docs" / "measurements" / "step-summary.json"),
+                              ("step-before.raw.json", None)):
+        md, out = tmp_path / f"{raw}.md", tmp_path / f"{raw}.summary.json"
+        r = subprocess.run([sys.executable, "-m", "scripts.bench_step", "--from-raw", f"docs/measurements/step/{raw}",
+                            "--markdown", str(md), "--summary", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        tables = md.read_text().strip().split("\n\n")
+        if summary_path is not None:
+            assert all(t in doc for t in tables)
+            assert out.read_bytes() == summary_path.read_bytes()
+        else:
+            assert tables[1] in doc
+    figures = json.loads((ROOT / "docs" / "measurements" / "step-summary.json").read_text())
+    for name, f in figures.items():
+        assert {"placements", "median_rel_error", "spearman", "best_regret", "sum_model_regret"} <= set(f)
+        assert f["wrong_elements"] == 0 and f["failed"] == 0
