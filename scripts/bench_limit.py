@@ -43,13 +43,14 @@ import time
 from pathlib import Path
 
 from p2synth.hierarchies.bound import lower_bound
-from p2synth.hierarchies.cli import ArgumentParser, UsageError, one_line, size_argument, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, size_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.plan_file import PlanFileError, parse_plan_file
 from p2synth.hierarchies.program import Program
 from scripts.accuracy.suite import Testbed
 from scripts.bench_alltoall import size_text
+from scripts.campaign import log_line, now, read_raws, testbed_session
 from scripts.tables import console, markdown, table
 
 MiB = 1 << 20
@@ -288,11 +289,9 @@ def measure_case(args: argparse.Namespace, tb: Testbed, nominal: Hierarchy, fitt
 
 def measure(args: argparse.Namespace, log) -> dict:
     """Every testbed and case of the command line; the raw document (written to ``--out`` after every case)."""
-    from scripts.accuracy.measure import testbed, up_and_calibrate
-
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.update(args.env)  # every job (calibration, tuning) inherits it through scripts.testbed run
-    raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv,
+    raw = {"started": now(), "command": sys.argv,
            "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()
                         if k in ("collectives", "sizes", "top", "repeats", "iters", "large_iters", "large_from", "warmup",
                                  "calibrate_bytes", "env")},
@@ -301,23 +300,13 @@ def measure(args: argparse.Namespace, log) -> dict:
         tb = TESTBEDS[name]
         entry: dict = {"testbed": tb.__dict__, "env": args.env, **({"note": args.note} if args.note else {}), "cases": []}
         raw["testbeds"].append(entry)
-        testbed("down", check=False, instance=args.instance)
-        try:
-            fitted, record = up_and_calibrate(tb, args.workdir, args.calibrate_bytes, log, instance=args.instance)
-            entry.update(record)
-            nominal = Hierarchy.model_validate(record["nominal"])
-            write_json_atomic(raw, args.out)
-            for nbytes in args.sizes:
+        with testbed_session(tb, entry, raw, args.out, args.workdir, args.calibrate_bytes, args.instance, log) as fitted:
+            nominal = Hierarchy.model_validate(entry["nominal"]) if fitted is not None else None
+            for nbytes in args.sizes if fitted is not None else ():
                 for collective in args.collectives:
                     entry["cases"].append(measure_case(args, tb, nominal, fitted, collective, nbytes, log))
                     write_json_atomic(raw, args.out)
-        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
-            entry["error"] = one_line(e)[:2000]
-            log(f"[{name}] FAILED: {entry['error']}")
-        finally:
-            testbed("down", check=False, instance=args.instance)
-            write_json_atomic(raw, args.out)
-    raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    raw["finished"] = now()
     write_json_atomic(raw, args.out)
     return raw
 
@@ -327,21 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.from_raw is not None:
-            raws = []
-            for path in args.from_raw:
-                try:
-                    raws.append(json.loads(path.read_text()))
-                    rows(raws[-1])
-                except (OSError, ValueError, KeyError, TypeError) as e:
-                    raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
-            raw = merged(raws)
+            raw = merged(read_raws(args.from_raw, rows))
     except (UsageError, PlanFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.from_raw is None:
         # a plain `kill` stops the campaign through the finally that brings the testbed down
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        raw = measure(args, lambda s: print(f"{time.strftime('%H:%M:%S')} {s}", file=sys.stderr, flush=True))
+        raw = measure(args, log_line)
     found = cells(rows(raw))
     rates = rate_cells(raw)
     out = console()

@@ -37,15 +37,15 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from p2synth.hierarchies.cli import ArgumentParser, UsageError, one_line, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from scripts.accuracy.suite import Testbed
-from scripts.bench_limit import TESTBEDS, _names
+from scripts.bench_limit import TESTBEDS, _names, merged
+from scripts.campaign import log_line, now, read_raws, testbed_session
 from scripts.tables import console, markdown, table
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -254,45 +254,40 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
     return record
 
 
+def measure_job(args: argparse.Namespace, tag: str, job: str, fitted: Hierarchy, entry: dict, raw: dict, log) -> None:
+    """Plan `job` on the fitted hierarchy and run every placement's step, into a record appended to ``entry["jobs"]``
+    (``error`` set if it could not be planned); `raw` is written to ``--out`` after every placement."""
+    record: dict = {"job": job}
+    entry["jobs"].append(record)
+    spec, plan_path = args.workdir / f"spec-{tag}.json", args.workdir / f"plan-{tag}.json"
+    write_json_atomic(spec_for(fitted, job), spec)
+    r = subprocess.run([sys.executable, "-m", "solver.run", str(spec), "--out", str(plan_path), "--quiet"],
+                       capture_output=True, text=True, timeout=900, check=False)
+    if r.returncode != 0:
+        record["error"] = f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"
+        return
+    plan = json.loads(plan_path.read_text())
+    record.update(plan=plan, placements=[])
+    for index in range(len(plan["placements"])):
+        record["placements"].append(measure_placement(args, tag, plan_path, plan, index, log))
+        write_json_atomic(raw, args.out)
+
+
 def measure(args: argparse.Namespace, log) -> dict:
     """Every testbed and job of the command line; the raw document (written to ``--out`` after every placement)."""
-    from scripts.accuracy.measure import testbed, up_and_calibrate
-
     args.workdir.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    raw = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": sys.argv, "commit": commit or None,
+    raw = {"started": now(), "command": sys.argv, "commit": commit or None,
            "settings": {"rounds": args.rounds, "warmup": args.warmup, "calibrate_bytes": args.calibrate_bytes,
                         "step": STEP, "jobs": JOBS}, "testbeds": []}
     for name in args.testbeds:
         tb: Testbed = TESTBEDS[name]
         entry: dict = {"testbed": tb.__dict__, "jobs": []}
         raw["testbeds"].append(entry)
-        testbed("down", check=False, instance=args.instance)
-        try:
-            fitted, record = up_and_calibrate(tb, args.workdir, args.calibrate_bytes, log, instance=args.instance)
-            entry.update(record)
-            for job in args.jobs:
-                tag = f"{name}-{job}"
-                spec, plan_path = args.workdir / f"spec-{tag}.json", args.workdir / f"plan-{tag}.json"
-                write_json_atomic(spec_for(fitted, job), spec)
-                r = subprocess.run([sys.executable, "-m", "solver.run", str(spec), "--out", str(plan_path), "--quiet"],
-                                   capture_output=True, text=True, timeout=900, check=False)
-                if r.returncode != 0:
-                    entry["jobs"].append({"job": job, "error": f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"})
-                    continue
-                plan = json.loads(plan_path.read_text())
-                done = {"job": job, "plan": plan, "placements": []}
-                entry["jobs"].append(done)
-                for index in range(len(plan["placements"])):
-                    done["placements"].append(measure_placement(args, tag, plan_path, plan, index, log))
-                    write_json_atomic(raw, args.out)
-        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
-            entry["error"] = one_line(e)[:2000]
-            log(f"[{name}] FAILED: {entry['error']}")
-        finally:
-            testbed("down", check=False, instance=args.instance)
-            write_json_atomic(raw, args.out)
-    raw["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with testbed_session(tb, entry, raw, args.out, args.workdir, args.calibrate_bytes, args.instance, log) as fitted:
+            for job in args.jobs if fitted is not None else ():
+                measure_job(args, f"{name}-{job}", job, fitted, entry, raw, log)
+    raw["finished"] = now()
     write_json_atomic(raw, args.out)
     return raw
 
@@ -302,20 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.from_raw is not None:
-            raws = []
-            for path in args.from_raw:
-                try:
-                    raws.append(json.loads(path.read_text()))
-                    rows(raws[-1])
-                except (OSError, ValueError, KeyError, TypeError) as e:
-                    raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
-            raw = {"testbeds": [tb for r in raws for tb in r["testbeds"]]}
+            raw = merged(read_raws(args.from_raw, rows))
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.from_raw is None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a plain kill still brings the testbed down
-        raw = measure(args, lambda s: print(f"{time.strftime('%H:%M:%S')} {s}", file=sys.stderr, flush=True))
+        raw = measure(args, log_line)
     found = rows(raw)
     figures = summary(found)
     out = console()

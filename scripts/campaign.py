@@ -1,0 +1,81 @@
+"""What the testbed campaigns share (scripts/bench_limit.py, scripts/bench_step.py): each testbed's session, read raw files.
+
+A campaign measures on one emulated cluster after another and writes its raw
+JSON after every case; ``--from-raw`` rebuilds its tables from such files
+without a testbed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from p2synth.hierarchies.cli import UsageError, one_line, write_json_atomic
+from p2synth.hierarchies.model import Hierarchy
+from scripts.accuracy.suite import Testbed
+
+
+def now() -> str:
+    """The time, UTC, as the raw files record it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def log_line(text: str) -> None:
+    """A campaign's progress line on stderr, with the time."""
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def testbed_session(tb: Testbed, entry: dict, raw: dict, out: Path, workdir: Path, calibrate_bytes: int, instance: str,
+                    log: Callable[[str], None]) -> Iterator[Hierarchy | None]:
+    """Testbed `tb` up and calibrated for the block: yields the fitted hierarchy (its record added to `entry`), or None
+    when it could not be brought up or calibrated (the block then measures nothing).
+
+    A failure is recorded in ``entry["error"]`` and logged, and the campaign
+    goes on with the next testbed; the testbed goes down and `raw` is written
+    to `out` in every case.
+    """
+    from scripts.accuracy.measure import testbed, up_and_calibrate
+
+    testbed("down", check=False, instance=instance)
+    try:
+        try:
+            fitted, record = up_and_calibrate(tb, workdir, calibrate_bytes, log, instance=instance)
+        except _FAILURES as e:
+            _failed(tb, entry, e, log)
+            yield None
+            return
+        entry.update(record)
+        write_json_atomic(raw, out)
+        try:
+            yield fitted
+        except _FAILURES as e:
+            _failed(tb, entry, e, log)
+    finally:
+        testbed("down", check=False, instance=instance)
+        write_json_atomic(raw, out)
+
+
+_FAILURES = (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired)
+
+
+def _failed(tb: Testbed, entry: dict, error: BaseException, log: Callable[[str], None]) -> None:
+    entry["error"] = one_line(error)[:2000]
+    log(f"[{tb.name}] FAILED: {entry['error']}")
+
+
+def read_raws(paths: list[Path], check: Callable[[dict], object]) -> list[dict]:
+    """The raw documents at `paths`, each passed to `check` (its rows); UsageError naming the first that is unreadable."""
+    raws = []
+    for path in paths:
+        try:
+            raws.append(json.loads(path.read_text()))
+            check(raws[-1])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
+    return raws
