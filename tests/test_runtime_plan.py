@@ -108,7 +108,7 @@ def workload_plan(tmp_path_factory):
 
 
 def test_a_workload_plan_selects_each_request_by_name(workload_plan):
-    assert workload_plan.request_names() == ("grad_allreduce", "tp_allreduce")
+    assert workload_plan.request_names() == ("grad_allreduce", "tp_allreduce", "pp_send")
     doc = workload_plan.document["placements"][0]["requests"]
     for i, name in enumerate(workload_plan.request_names()):
         sel = select(workload_plan, 0, 3, name)
@@ -118,7 +118,7 @@ def test_a_workload_plan_selects_each_request_by_name(workload_plan):
 
 
 def test_a_workload_plan_needs_a_request_name(workload_plan):
-    with pytest.raises(PlanFileError, match=r"2 requests \(grad_allreduce, tp_allreduce\); choose one with --request"):
+    with pytest.raises(PlanFileError, match=r"3 requests \(grad_allreduce, tp_allreduce, pp_send\); choose one with --request"):
         select(workload_plan, 0, 3)
     with pytest.raises(PlanFileError, match=r"no request 'nope' in the plan; its requests: grad_allreduce, tp_allreduce"):
         select(workload_plan, 0, 3, "nope")
