@@ -25,12 +25,13 @@ model") is read here, below the solver and the runtime, so that the planner
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from enum import Enum
-from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from p2synth.hierarchies.program import Collective
+from p2synth.hierarchies.placement import Axis
+from p2synth.hierarchies.program import Collective, Request
 
 MAX_MICROBATCHES = 4096
 MAX_LAYERS = 100_000
@@ -141,6 +142,21 @@ class StepSpec(BaseModel):
         """The name of the axis playing `role` (None: no axis does)."""
         return self.roles.get(role)
 
+    def axis_index(self, role: Role, axes: Sequence[Axis]) -> int | None:
+        """The index in `axes` of the axis playing `role` (None: no axis does); ValueError if `axes` lacks it."""
+        name = self.roles.get(role)
+        if name is None:
+            return None
+        names = [a.name for a in axes]
+        if name not in names:
+            raise ValueError(f"the {role} role names axis {name!r}, which the plan does not have")
+        return names.index(name)
+
+    def axis_size(self, role: Role, axes: Sequence[Axis]) -> int:
+        """The size of the axis in `axes` playing `role` (1: no axis does)."""
+        index = self.axis_index(role, axes)
+        return 1 if index is None else axes[index].size
+
 
 def part_of(step: StepSpec, axes: tuple[str, ...], collective: Collective) -> Part:
     """The part a request over the axes named `axes` plays in the step (module docstring)."""
@@ -153,6 +169,11 @@ def part_of(step: StepSpec, axes: tuple[str, ...], collective: Collective) -> Pa
         if role is Role.DATA:
             return Part.GRADIENT
     return Part.AFTER
+
+
+def request_part(step: StepSpec, axes: Sequence[Axis], request: Request) -> Part:
+    """The part `request` (over indices into `axes`) plays in the step: :func:`part_of` of its axes' names."""
+    return part_of(step, tuple(axes[a].name for a in sorted(request.axes)), request.collective)
 
 
 def stage_ops(schedule: Schedule, stage: int, stages: int, microbatches: int) -> tuple[tuple[Pass, int], ...]:

@@ -57,7 +57,7 @@ from rich.text import Text
 
 from p2synth.hierarchies.cli import count_argument, enum_argument, write_json_atomic
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, PlannedPlacement, load_plan_file
-from p2synth.hierarchies.step import Part, Pass, Role, StepSpec, part_of, stage_ops
+from p2synth.hierarchies.step import Part, Pass, Role, StepSpec, request_part, stage_ops
 from p2synth.runtime.backends import Backend, BackendKind
 from p2synth.runtime.data import rank_tag
 from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
@@ -122,16 +122,6 @@ class StepJob:
     activation_bytes: int  # bytes each pipeline send carries
 
 
-def _axis_index(plan: PlanFile, step: StepSpec, role: Role) -> int | None:
-    name = step.axis(role)
-    if name is None:
-        return None
-    names = [a.name for a in plan.axes]
-    if name not in names:
-        raise PlanFileError(f"step: the {role} role names axis {name!r}, which the plan does not have")
-    return names.index(name)
-
-
 def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> StepJob:
     """Load the plan and choose every request's programs; PlanFileError/ValueError (one line) if anything is off."""
     plan = load_plan_file(args.plan)
@@ -147,13 +137,15 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> StepJob:
     for out in (args.out, args.trace):
         if out is not None:
             require_out_folder(out)
-    pipeline_axis = _axis_index(plan, step, Role.PIPELINE)
-    tensor_axis = _axis_index(plan, step, Role.TENSOR)
+    try:
+        pipeline_axis = step.axis_index(Role.PIPELINE, plan.axes)
+        tensor = step.axis_size(Role.TENSOR, plan.axes)
+    except ValueError as e:
+        raise PlanFileError(f"step: {e}") from None
     requests = []
     for r in planned.requests:
         named = r.named
-        axes = tuple(plan.axes[a].name for a in sorted(named.request.axes))
-        part = part_of(step, axes, named.request.collective)
+        part = request_part(step, plan.axes, named.request)
         if part is Part.LAYER and named.count % (2 * step.microbatches):
             raise PlanFileError(f"request {named.name}: count {named.count} is not a multiple of 2 x microbatches "
                                 f"({2 * step.microbatches}): a layer request runs count / (2 x microbatches) times a pass")
@@ -164,9 +156,7 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> StepJob:
             selection = select(plan, args.placement, 1, named.name if plan.is_workload else None)
             selection.check_size(named.message_bytes, world.Get_size())
         requests.append(StepRequest(named.name, part, named.count, named.message_bytes, selection))
-    sizes = [a.size for a in plan.axes]
-    return StepJob(plan, planned, step, tuple(requests), pipeline_axis,
-                   1 if pipeline_axis is None else sizes[pipeline_axis], 1 if tensor_axis is None else sizes[tensor_axis],
+    return StepJob(plan, planned, step, tuple(requests), pipeline_axis, step.axis_size(Role.PIPELINE, plan.axes), tensor,
                    sum(r.message_bytes for r in requests if r.part is Part.PIPELINE))
 
 

@@ -362,8 +362,7 @@ def _check_step(step: StepSpec, axes: tuple[Axis, ...], workload: list[WorkloadI
         lines.append("step.roles: an axis plays two roles; give each axis one role")
     if lines:
         raise SpecError(lines)
-    size = {a.name: a.size for a in axes}
-    stages = size[step.roles[Role.PIPELINE]] if Role.PIPELINE in step.roles else 1
+    stages = step.axis_size(Role.PIPELINE, axes)
     if step.layers % stages:
         lines.append(f"step.layers: {step.layers} layers do not split evenly over {stages} pipeline stages; "
                      f"use a multiple of {stages}")

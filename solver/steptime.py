@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Program
-from p2synth.hierarchies.step import Part, Pass, Role, Schedule, StepSpec, part_of, stage_ops
+from p2synth.hierarchies.step import Part, Pass, Role, Schedule, StepSpec, request_part, stage_ops
 from p2synth.solver.models import CostModelKind, program_cost
 
 
@@ -147,9 +147,7 @@ def buckets_end(last: PassTimes, buckets: list[Occurrence], layer_share_s: float
 
 def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence]) -> StepTime:
     """The step-time model (module docstring) for `placement`, its requests given as `occurrences` in workload order."""
-    sizes = {a.name: a.size for a in placement.axes}
-    stages = sizes.get(step.axis(Role.PIPELINE) or "", 1)
-    tensor = sizes.get(step.axis(Role.TENSOR) or "", 1)
+    stages, tensor = step.axis_size(Role.PIPELINE, placement.axes), step.axis_size(Role.TENSOR, placement.axes)
     m = step.microbatches
     layer_f, layer_b = step.compute.layer_seconds()
     forward, backward = step.layers / stages * layer_f / tensor, step.layers / stages * layer_b / tensor
@@ -159,8 +157,7 @@ def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence
     fwd, bwd = forward + layer, backward + layer
     still = timeline(step.schedule, stages, m, fwd, bwd, 0.0)
     moving = timeline(step.schedule, stages, m, fwd, bwd, send)
-    still_end = max(max(t.end for t in stage.values()) for stage in still)
-    pipe_end = max(max(t.end for t in stage.values()) for stage in moving)
+    still_end, pipe_end = _end(still), _end(moving)
     buckets = [o for o in by_part[Part.GRADIENT] for _ in range(o.count)]
     grad_end = pipe_end
     if buckets:
@@ -173,6 +170,11 @@ def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence
     return StepTime(step_s=grad_end + after, compute_s=compute, layer_comm_s=2 * m * layer,
                     bubble_s=still_end - m * (fwd + bwd), pipeline_comm_s=pipe_end - still_end,
                     gradient_exposed_s=grad_end - pipe_end, after_s=after)
+
+
+def _end(passes: list[dict[tuple[Pass, int], PassTimes]]) -> float:
+    """When the last pass of a :func:`timeline` ends."""
+    return max(t.end for stage in passes for t in stage.values())
 
 
 def _levels(program: Program) -> set[int]:
@@ -213,19 +215,15 @@ def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostMod
     (the gradient buckets of all stages at once: their last backward passes
     end one pass apart, and a bucket's reduction is not short beside a pass).
     """
-    names = [a.name for a in placement.axes]
-    pipeline = step.axis(Role.PIPELINE)
-    stages = placement.axes[names.index(pipeline)].size if pipeline in names else 1
+    pipeline = step.axis_index(Role.PIPELINE, placement.axes)
     out = []
     for r in requests:
         named, best = r.named, r.solution.best
-        axes = tuple(names[a] for a in sorted(named.request.axes))
-        part = part_of(step, axes, named.request.collective)
+        part = request_part(step, placement.axes, named.request)
         program = best.program if best is not None else r.solution.default.program
         seconds = r.best_s
-        if stages > 1 and part is Part.LAYER:
-            seconds = program_cost(stage_view(placement, names.index(pipeline)), named.request, program,
-                                   named.message_bytes, kind)
+        if pipeline is not None and placement.axes[pipeline].size > 1 and part is Part.LAYER:
+            seconds = program_cost(stage_view(placement, pipeline), named.request, program, named.message_bytes, kind)
         elif part is Part.PIPELINE:
             seconds = program_cost(one_way(placement), named.request, program, named.message_bytes, kind)
         out.append(Occurrence(part, named.message_bytes, named.count, program, seconds))
