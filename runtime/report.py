@@ -99,12 +99,17 @@ def table_row(result: Result, label_width: int) -> str:
     )
 
 
+def out_of_bounds_line(wrong: int) -> str:
+    """nccl-tests' closing verdict: how many values were wrong, OK or FAILED."""
+    return f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"
+
+
 def table_footer(results: list[Result]) -> list[str]:
     """The closing lines: wrong values (OK/FAILED) and the mean bus bandwidth, as nccl-tests ends."""
     wrong = sum(r.wrong + r.wrong_timed for r in results)
     mean_busbw = sum(r.busbw_GBps for r in results) / len(results) if results else 0.0
     return [
-        f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
+        out_of_bounds_line(wrong),
         f"# Avg bus bandwidth    : {mean_busbw:.3f}",
     ]
 

@@ -63,6 +63,7 @@ from p2synth.runtime.data import rank_tag
 from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
                                  run_guarded, start_command)
 from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.report import out_of_bounds_line
 from p2synth.runtime.stats import median_interval
 from p2synth.runtime.tune import Armed, arm
 
@@ -497,7 +498,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
         Console(width=160).print(step_table(doc))
         for line in preamble(doc):
             print(line, flush=True)
-        print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}", flush=True)
+        print(out_of_bounds_line(wrong), flush=True)
     return EXIT_WRONG if wrong else EXIT_OK
 
 

@@ -68,6 +68,7 @@ from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser
 from p2synth.runtime.layout import Role
 from p2synth.runtime.measure import Measured, interleaved
 from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.report import out_of_bounds_line
 from p2synth.runtime.stats import CONFIDENCE, LEVEL, MIN_GAIN, pick
 from p2synth.runtime.timing import TimingConfig
 
@@ -347,7 +348,7 @@ def summary_lines(outcomes: list[Outcome]) -> list[str]:
             f"  speedup {d.median_s / p.median_s:.2f}  wrong {sum(o.wrong)}"
         )
     wrong = sum(sum(o.wrong) for o in outcomes)
-    lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    lines.append(out_of_bounds_line(wrong))
     return lines
 
 
