@@ -51,7 +51,7 @@ from p2synth.hierarchies.program import Program
 from scripts.accuracy.suite import Testbed
 from scripts.bench_alltoall import size_text
 from scripts.campaign import log_line, now, read_raws, testbed_session
-from scripts.tables import console, markdown, table
+from scripts.tables import console, markdown, ms, table
 
 MiB = 1 << 20
 TESTBEDS = {tb.name: tb for tb in (Testbed("4x2-1gbit", nodes=4, ranks_per_node=2, inter_node="1gbit"),
@@ -196,10 +196,6 @@ COLUMNS = ("testbed", "request", "size", "best measured program", "best ms [95%]
            "best / calibrated", "default / calibrated")
 
 
-def _ms(s: float | None) -> str:
-    return "-" if s is None else f"{s * 1e3:.1f}"
-
-
 def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
     """The rows' cells under :data:`COLUMNS` (milliseconds; ratios as ``1.23x``): "calibrated" is the bound with the
     duplex efficiency, "calibrated one-way" the one without (as the solver prints it)."""
@@ -211,8 +207,8 @@ def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
             continue
         lo, hi = r["best_ci_s"]
         out.append((*head, ("default " if r["pick_is_default"] else "") + r["program"],
-                    f"{_ms(r['best_s'])} [{_ms(lo)}, {_ms(hi)}]", _ms(r["default_s"]), _ms(r["predicted_s"]),
-                    _ms(r["bound_configured_s"]), _ms(r["bound_calibrated_s"]), _ms(r["bound_calibrated_duplex_s"]),
+                    f"{ms(r['best_s'])} [{ms(lo)}, {ms(hi)}]", ms(r["default_s"]), ms(r["predicted_s"]),
+                    ms(r["bound_configured_s"]), ms(r["bound_calibrated_s"]), ms(r["bound_calibrated_duplex_s"]),
                     f"{r['of_configured']:.2f}x",
                     f"{r['of_calibrated']:.2f}x", f"{r['default_of_calibrated']:.2f}x"))
     return out
@@ -240,11 +236,6 @@ def rate_cells(raw: dict) -> list[tuple[str, ...]]:
                         "-" if f.duplex_efficiency is None else f"{f.duplex_efficiency:.3g}", f"{f.latency_us:.3g}",
                         f"{rate / configured:.3f}" if shaped else "-"))
     return out
-
-
-def merged(raws: list[dict]) -> dict:
-    """Several raw documents as one: their testbeds in order."""
-    return {"testbeds": [tb for raw in raws for tb in raw["testbeds"]]}
 
 
 # ---- measuring (root, testbed) --------------------------------------------------------------------------------
@@ -283,7 +274,7 @@ def measure_case(args: argparse.Namespace, tb: Testbed, nominal: Hierarchy, fitt
     case["wall_s"] = round(time.monotonic() - t0, 1)
     best = best_of(case)
     log(f"[{tb.name}] {collective} {size_text(nbytes)}: best {best['text'] if best else '-'} "
-        f"{_ms(best and best['measured_s'])} ms, calibrated bound {_ms(case['bound_s']['calibrated_duplex'])} ms, {case['wall_s']} s")
+        f"{ms(best and best['measured_s'])} ms, calibrated bound {ms(case['bound_s']['calibrated_duplex'])} ms, {case['wall_s']} s")
     return case
 
 
@@ -316,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.from_raw is not None:
-            raw = merged(read_raws(args.from_raw, rows))
+            raw = read_raws(args.from_raw, rows)
     except (UsageError, PlanFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

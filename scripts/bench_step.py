@@ -44,9 +44,9 @@ from scipy.stats import spearmanr
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from scripts.accuracy.suite import Testbed
-from scripts.bench_limit import TESTBEDS, _names, merged
+from scripts.bench_limit import TESTBEDS, _names
 from scripts.campaign import log_line, now, read_raws, testbed_session
-from scripts.tables import console, markdown, table
+from scripts.tables import console, markdown, ms, table
 
 KiB, MiB = 1 << 10, 1 << 20
 MICROBATCHES = 4
@@ -185,26 +185,22 @@ COLUMNS = ("testbed", "job", "#", "placement", "predicted ms", "measured ms [95%
            "compute", "layer comm pred / meas", "bubble + sends pred / pipeline waits meas", "gradient exposed pred / meas", "sum ms", "sum rank")
 
 
-def _ms(s: float | None) -> str:
-    return "-" if s is None else f"{s * 1e3:.1f}"
-
-
 def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
     """The rows' cells under :data:`COLUMNS`: times in milliseconds."""
     out = []
     for r in rows_:
         group = [x for x in rows_ if x["testbed"] == r["testbed"] and x["job"] == r["job"]]
         sum_rank = sorted(group, key=lambda x: (x["sum_s"], x["index"])).index(r)
-        head = (r["testbed"], r["job"], str(r["index"]), r["placement"], _ms(r["predicted"]["step_s"]))
+        head = (r["testbed"], r["job"], str(r["index"]), r["placement"], ms(r["predicted"]["step_s"]))
         if "error" in r:
             out.append((*head, f"failed: {r['error'][:60]}", *("-",) * (len(COLUMNS) - 6)))
             continue
         m, p = r["measured"], r["predicted"]
         lo, hi = m["step_ci_s"]
-        out.append((*head, f"{_ms(m['step_s'])} [{_ms(lo)}, {_ms(hi)}]", f"{_rel_error(r):+.0%}".replace("+", ""),
-                    _ms(r["default"]["step_s"]), _ms(p["compute_s"]), f"{_ms(p['layer_comm_s'])} / {_ms(m['layer_comm_s'])}",
-                    f"{_ms(p['bubble_s'] + p['pipeline_comm_s'])} / {_ms(m['pipeline_wait_s'])}",
-                    f"{_ms(p['gradient_exposed_s'])} / {_ms(m['gradient_exposed_s'])}", _ms(r["sum_s"]), str(sum_rank)))
+        out.append((*head, f"{ms(m['step_s'])} [{ms(lo)}, {ms(hi)}]", f"{_rel_error(r):+.0%}".replace("+", ""),
+                    ms(r["default"]["step_s"]), ms(p["compute_s"]), f"{ms(p['layer_comm_s'])} / {ms(m['layer_comm_s'])}",
+                    f"{ms(p['bubble_s'] + p['pipeline_comm_s'])} / {ms(m['pipeline_wait_s'])}",
+                    f"{ms(p['gradient_exposed_s'])} / {ms(m['gradient_exposed_s'])}", ms(r["sum_s"]), str(sum_rank)))
     return out
 
 
@@ -249,8 +245,8 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
     record.update(measured=measured_figures(result, "best"), default=measured_figures(result, "default"),
                   wrong=result["wrong"], thread_level=result["mpi_thread_level"],
                   gradient_overlap=result["gradient_overlap"])
-    log(f"[{tag}] placement {index} {entry['description']}: predicted {_ms(entry['step']['step_s'])} ms, "
-        f"measured {_ms(record['measured']['step_s'])} ms")
+    log(f"[{tag}] placement {index} {entry['description']}: predicted {ms(entry['step']['step_s'])} ms, "
+        f"measured {ms(record['measured']['step_s'])} ms")
     return record
 
 
@@ -297,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.from_raw is not None:
-            raw = merged(read_raws(args.from_raw, rows))
+            raw = read_raws(args.from_raw, rows)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

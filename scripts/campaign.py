@@ -69,13 +69,15 @@ def _failed(tb: Testbed, entry: dict, error: BaseException, log: Callable[[str],
     log(f"[{tb.name}] FAILED: {entry['error']}")
 
 
-def read_raws(paths: list[Path], check: Callable[[dict], object]) -> list[dict]:
-    """The raw documents at `paths`, each passed to `check` (its rows); UsageError naming the first that is unreadable."""
-    raws = []
+def read_raws(paths: list[Path], check: Callable[[dict], object]) -> dict:
+    """The raw documents at `paths` as one (their testbeds in order), each passed to `check` (its rows) first;
+    UsageError naming the first that is unreadable."""
+    testbeds = []
     for path in paths:
         try:
-            raws.append(json.loads(path.read_text()))
-            check(raws[-1])
+            raw = json.loads(path.read_text())
+            check(raw)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
-    return raws
+        testbeds += raw["testbeds"]
+    return {"testbeds": testbeds}

@@ -12,6 +12,11 @@ from rich.text import Text
 PIPED_WIDTH = 200  # columns when the output is not a terminal (rich's default, 80, would wrap the rows)
 
 
+def ms(seconds: float | None) -> str:
+    """Seconds as a table's milliseconds with one decimal; ``-`` for none."""
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
 def table(columns: Sequence[str], rows: Iterable[Sequence[object]], title: str | None = None, text_columns: int = 1) -> Table:
     """A table of `rows` under `columns`: the first `text_columns` columns left-aligned (names), the rest
     right-aligned (figures); every cell printed as ``str(cell)``, as plain text (no rich markup: a placement's
