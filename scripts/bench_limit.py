@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -50,7 +49,7 @@ from p2synth.hierarchies.plan_file import PlanFileError, parse_plan_file
 from p2synth.hierarchies.program import Program
 from scripts.accuracy.suite import Testbed
 from scripts.bench_alltoall import size_text
-from scripts.campaign import log_line, now, read_raws, testbed_session
+from scripts.campaign import campaign_input, now, testbed_session
 from scripts.tables import console, markdown, ms, table
 
 MiB = 1 << 20
@@ -304,17 +303,10 @@ def measure(args: argparse.Namespace, log) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Measure (root, testbed) or read raw measurements, then print the tables; 2 on bad usage."""
-    try:
-        args = parse_args(argv)
-        if args.from_raw is not None:
-            raw = read_raws(args.from_raw, rows)
-    except (UsageError, PlanFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    got = campaign_input(argv, parse_args, rows, measure, (UsageError, PlanFileError))
+    if got is None:
         return 2
-    if args.from_raw is None:
-        # a plain `kill` stops the campaign through the finally that brings the testbed down
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        raw = measure(args, log_line)
+    args, raw = got
     found = cells(rows(raw))
     rates = rate_cells(raw)
     out = console()

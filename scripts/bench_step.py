@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_json_atomi
 from p2synth.hierarchies.model import Hierarchy
 from scripts.accuracy.suite import Testbed
 from scripts.bench_limit import TESTBEDS, _names
-from scripts.campaign import log_line, now, read_raws, testbed_session
+from scripts.campaign import campaign_input, now, testbed_session
 from scripts.tables import console, markdown, ms, table
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -290,16 +289,10 @@ def measure(args: argparse.Namespace, log) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Measure (root, testbed) or read raw measurements, then print the tables; 2 on bad usage."""
-    try:
-        args = parse_args(argv)
-        if args.from_raw is not None:
-            raw = read_raws(args.from_raw, rows)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
+    got = campaign_input(argv, parse_args, rows, measure)
+    if got is None:
         return 2
-    if args.from_raw is None:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a plain kill still brings the testbed down
-        raw = measure(args, log_line)
+    args, raw = got
     found = rows(raw)
     figures = summary(found)
     out = console()

@@ -7,7 +7,9 @@ without a testbed.
 
 from __future__ import annotations
 
+import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -81,3 +83,21 @@ def read_raws(paths: list[Path], check: Callable[[dict], object]) -> dict:
             raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
         testbeds += raw["testbeds"]
     return {"testbeds": testbeds}
+
+
+def campaign_input(argv: list[str] | None, parse_args: Callable[[list[str] | None], argparse.Namespace],
+                   check: Callable[[dict], object], measure: Callable[[argparse.Namespace, Callable[[str], None]], dict],
+                   errors: tuple[type[Exception], ...] = (UsageError,)) -> tuple[argparse.Namespace, dict] | None:
+    """A campaign's command line and its raw document: read from ``--from-raw`` (:func:`read_raws`), or measured by
+    `measure` (a plain kill still ends it through the finally that brings the testbed down). On bad usage or an
+    unreadable file (`errors`), one ``error:`` line on stderr and None (the caller exits 2)."""
+    try:
+        args = parse_args(argv)
+        raw = read_raws(args.from_raw, check) if args.from_raw is not None else None
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    if raw is None:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        raw = measure(args, log_line)
+    return args, raw
