@@ -142,6 +142,13 @@ class StepSpec(BaseModel):
         """The name of the axis playing `role` (None: no axis does)."""
         return self.roles.get(role)
 
+    def pass_seconds(self, stages: int, tensor: int) -> tuple[float, float]:
+        """(forward, backward) compute of one microbatch's pass through one of `stages` stages: the stage's
+        ``layers / stages`` layers, each layer's compute split over `tensor` devices."""
+        forward, backward = self.compute.layer_seconds()
+        share = self.layers / stages / tensor
+        return forward * share, backward * share
+
     def axis_index(self, role: Role, axes: Sequence[Axis]) -> int | None:
         """The index in `axes` of the axis playing `role` (None: no axis does); ValueError if `axes` lacks it."""
         name = self.roles.get(role)

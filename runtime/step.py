@@ -244,9 +244,8 @@ class StepRank:
         coords = placement.axis_coords(rank)
         self.stage = 0 if job.pipeline_axis is None else coords[job.pipeline_axis]
         self.ops = stage_ops(step.schedule, self.stage, job.stages, step.microbatches)
-        forward, backward = step.compute.layer_seconds()
-        share = step.layers / job.stages / job.tensor
-        self.compute = {Pass.FORWARD: forward * share, Pass.BACKWARD: backward * share}
+        forward, backward = step.pass_seconds(job.stages, job.tensor)
+        self.compute = {Pass.FORWARD: forward, Pass.BACKWARD: backward}
         self.last_backward = max(i for i, (kind, _) in enumerate(self.ops) if kind is Pass.BACKWARD)
         self.neighbours = {-1: None, 1: None}
         if job.pipeline_axis is not None:

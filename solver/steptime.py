@@ -149,8 +149,7 @@ def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence
     """The step-time model (module docstring) for `placement`, its requests given as `occurrences` in workload order."""
     stages, tensor = step.axis_size(Role.PIPELINE, placement.axes), step.axis_size(Role.TENSOR, placement.axes)
     m = step.microbatches
-    layer_f, layer_b = step.compute.layer_seconds()
-    forward, backward = step.layers / stages * layer_f / tensor, step.layers / stages * layer_b / tensor
+    forward, backward = step.pass_seconds(stages, tensor)
     by_part = {part: [o for o in occurrences if o.part is part] for part in Part}
     layer = math.fsum(o.count / (2 * m) * o.seconds for o in by_part[Part.LAYER])
     send = max((o.seconds for o in by_part[Part.PIPELINE]), default=0.0) if stages > 1 else 0.0
