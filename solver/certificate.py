@@ -39,7 +39,7 @@ import numpy as np
 
 from p2synth.hierarchies.program import RawProgram
 from p2synth.hierarchies.statespace import StateSpace
-from p2synth.solver.costtogo import Successors, one_table, successors_by_state
+from p2synth.solver.costtogo import Successors, successors_by_state
 from p2synth.solver.stepcosts import EdgeCosts
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
@@ -181,17 +181,16 @@ def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = Non
     """``t[r][l][s]`` bounds from below level `l`'s traffic in every completion from `s` in `r` steps: ``t <= 0`` at a
     goal and ``t[r][l][s] <= traffic_l(e) + t[r-1][l][s']`` for every step; CertificateError otherwise."""
     rows = rows or successors_by_state(costs)
-    check_traffic_table(costs.space, t, rows.traffic, rows)
+    check_sum_table(costs.space, t, rows.traffic, rows, "traffic")
 
 
-def check_traffic_table(space: StateSpace, t: np.ndarray, traffic: np.ndarray, rows: Successors) -> None:
-    """The traffic table's inequalities; one table for every step count (:func:`solver.costtogo.one_table`: every
-    ``t[r]`` is the same memory) is checked once, with one step left and none: ``t <= 0`` at a goal and
-    ``t[l][s] <= traffic_l(e) + t[l][s']`` for every step make it a floor on the traffic of a completion of any
-    length (by induction on its steps), so of one within any number of steps."""
-    if t.ndim != 3 or t.shape[2] != space.size or t.shape[1] != traffic.shape[0]:
-        raise CertificateError("the traffic table has the wrong shape")
-    distinct = t[:2] if one_table(t) else t
-    if np.isnan(distinct).any():
-        raise CertificateError("the traffic table holds NaN")
-    _check_table(space, distinct, traffic, np.add, rows, _SLACK, "traffic")
+def check_sum_table(space: StateSpace, table: np.ndarray, values, rows: Successors, name: str) -> None:
+    """``table[r][l][s]`` bounds from below the sum of ``values[l]`` over every completion from `s` in at most `r`
+    steps: ``table <= 0`` at a goal and ``table[r][l][s] <= values_l(e) + table[r-1][l][s']`` for every step ``e``
+    (by induction on `r`); CertificateError naming the first that fails. `values`: levels x rows (or anything
+    indexed so, as ``solver.costtogo.PieceTraffic``)."""
+    if table.ndim != 3 or table.shape[2] != space.size or table.shape[1] != values.shape[0]:
+        raise CertificateError(f"the {name} table has the wrong shape")
+    if np.isnan(table).any():
+        raise CertificateError(f"the {name} table holds NaN")
+    _check_table(space, table, values[:, :], np.add, rows, _SLACK, name)

@@ -26,7 +26,7 @@ from p2synth.hierarchies.statespace import StateSpace
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.cost import CostModel
-from p2synth.solver.costtogo import PieceTraffic, Successors, cost_to_go, one_table, successors_by_state, traffic_to_go
+from p2synth.solver.costtogo import PieceTraffic, Successors, cost_to_go, successors_by_state, sum_to_go, traffic_to_go
 from p2synth.solver.stepcosts import EdgeCosts, edge_traffic, step_cases
 from p2synth.solver.topn import Candidates
 
@@ -53,6 +53,42 @@ def traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_le
     return floor.max(axis=0, initial=0.0)
 
 
+def period_share(steps: int, pieces: int) -> float:
+    """``(pieces - 1) / windows(steps, pieces)``: how many times a level's whole traffic (on one piece) a program of at
+    most `steps` steps spends at least in its ``pieces - 1`` periods (one window of `pieces` steps carries at least
+    ``1 / windows`` of it, and the period is at least every window's traffic)."""
+    return (pieces - 1) / windows(steps, pieces)
+
+
+def joint_values(rows: Successors, pieces: int, max_steps: int) -> np.ndarray:
+    """Per level and row (levels x rows): the step's stage plus :func:`period_share` times its traffic on that level,
+    whose sum over a program's steps bounds its pipelined cost from below, level by level."""
+    share = period_share(max_steps, pieces)
+    return rows.weight[None, :] + share * rows.traffic[:, :]
+
+
+def joint_to_go(rows: Successors, space: StateSpace, pieces: int, max_steps: int,
+                deadline: Deadline | None = None) -> np.ndarray:
+    """``j[r][l][s]``: the least sum of :func:`joint_values` on level `l` over the completions from `s` in at most `r`
+    steps (levels minimised
+    one at a time; :func:`solver.costtogo.sum_to_go`).
+
+    A program's cost on `pieces` pieces is at least its sum of stages plus
+    ``pieces - 1`` periods, each at least any window's traffic, so at least
+    ``stages + period_share * traffic_l`` for every level ``l``: a sum over its
+    steps. Minimising that sum per level bounds the stages and the periods
+    together, where ``h`` and ``t`` bound them each on their own (and with
+    their minima taken over different completions).
+    """
+    return sum_to_go(space, joint_values(rows, pieces, max_steps), rows, max_steps, deadline)
+
+
+def joint_bound(g: np.ndarray, carried: np.ndarray, j: np.ndarray, pieces: int, max_steps: int) -> np.ndarray:
+    """The joint floor of :func:`joint_to_go` for partial programs (columns): stages so far `g`, each level's traffic
+    so far `carried` (levels x candidates) and the table's values `j` at their states (levels x candidates)."""
+    return (g + (period_share(max_steps, pieces) * carried + j)).max(axis=0, initial=0.0)
+
+
 def finished_cost(g: float, period: float, carried: np.ndarray, pieces: int) -> float:
     """A whole program's cost on `pieces` pieces from what the search carries: its sum of stages `g`, its period, and
     its traffic per level on one piece (`carried`); ``solver.cost.pipelined_seconds`` bit for bit (the level floor
@@ -77,10 +113,8 @@ class WholeTraffic:
     t: np.ndarray     # (steps + 1, levels, states)
 
     def on_pieces(self, pieces: int) -> tuple[PieceTraffic, np.ndarray]:
-        """(rows, t) on one of `pieces` pieces: each over `pieces` (the rows divided where they are read; a fixed-point
-        table stays one table, :func:`solver.costtogo.one_table`)."""
-        t = np.broadcast_to(self.t[0] / pieces, self.t.shape) if one_table(self.t) else self.t / pieces
-        return PieceTraffic(self.rows, pieces), t
+        """(rows, t) on one of `pieces` pieces: each over `pieces` (the rows divided where they are read)."""
+        return PieceTraffic(self.rows, pieces), self.t / pieces
 
 
 def whole_traffic(space: StateSpace, model: CostModel | None, max_steps: int, deadline: Deadline | None = None,
@@ -96,7 +130,7 @@ def whole_traffic(space: StateSpace, model: CostModel | None, max_steps: int, de
 @dataclass(frozen=True)
 class PipelineTables:
     """What the branch and bound needs for one piece count: step costs on one piece and their rows (with traffic),
-    and the cost-to-go (`h`) and traffic-to-go (`t`) tables.
+    and the cost-to-go (`h`), traffic-to-go (`t`) and joint (`j`, :func:`joint_to_go`) tables.
 
     `bracketed`: `h` is not computed for this piece count but bounded
     from the exact tables at one piece and at the most pieces
@@ -108,6 +142,7 @@ class PipelineTables:
     rows: Successors
     h: np.ndarray
     t: np.ndarray
+    j: np.ndarray | None  # None on one piece, which the branch and bound never searches
     bracketed: bool = False
 
 
@@ -117,7 +152,8 @@ def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Dea
     on `pieces` pieces if given, else the traffic `costs` carry; `h` when the caller has the cost-to-go already."""
     rows, t = _piece_traffic(costs, pieces, max_steps, deadline, whole)
     h = cost_to_go(costs, max_steps, deadline, rows) if h is None else h
-    return PipelineTables(pieces, costs, rows, h, t)
+    j = joint_to_go(rows, costs.space, pieces, max_steps, deadline) if pieces > 1 else None
+    return PipelineTables(pieces, costs, rows, h, t, j)
 
 
 def _piece_traffic(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None,
@@ -155,16 +191,9 @@ def bracketed_tables(costs: EdgeCosts, pieces: int, one: PipelineTables, top: Pi
     if not np.all(w >= keep * (lam * w1 + (1 - lam) * wA)):
         return None
     h = keep * (lam * one.h + (1 - lam) * top.h)
-    rows, t = _piece_traffic(costs, pieces, 0, None, whole)
-    return PipelineTables(pieces, costs, rows, h, t, bracketed=True)
-
-
-def cheapest_pipelined(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int, candidates: Candidates,
-                       deadline: Deadline | None = None, rows: Successors | None = None
-                       ) -> tuple[list[tuple[int, ...]], dict[RawProgram, float]]:
-    """:func:`cheapest_pipelined_all` on one piece count."""
-    tables = PipelineTables(pieces, costs, rows or successors_by_state(costs), h, t)
-    return cheapest_pipelined_all([tables], candidates, deadline)[0]
+    K = h.shape[0] - 1
+    rows, t = _piece_traffic(costs, pieces, K, None, whole)
+    return PipelineTables(pieces, costs, rows, h, t, joint_to_go(rows, costs.space, pieces, K), bracketed=True)
 
 
 def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates, deadline: Deadline | None = None
@@ -182,7 +211,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     ``pieces`` times each level's traffic so far plus its least to come (the
     level floor of ``solver.cost.pipelined_seconds``). Returns, per table, the partial programs it
     expanded (step indices into the state space's steps): with the final bound,
-    the certificate ``solver.pipelined_certificate.check_pipelined`` checks; and the
+    the certificate ``solver.pipelined_certificate.check_pipelined_all`` checks; and the
     programs it found with their costs on that many pieces.
     """
     deadline = deadline or Deadline(None)
@@ -192,7 +221,8 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         K, space = tab.h.shape[0] - 1, tab.costs.space
         spread = 1.0 / windows(K, tab.pieces)
         start = float(max(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0),
-                          tab.pieces * tab.t[K][:, space.start].max(initial=0.0)))
+                          tab.pieces * tab.t[K][:, space.start].max(initial=0.0),
+                          tab.j[K][:, space.start].max(initial=0.0)))
         # a node: depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
         heap.append((start, next(tie), k, (0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()), None, 0))
         out.append(([], {}))
@@ -229,8 +259,9 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         child_carried = carried[:, None] + load
         r = K - depth - 1
         period_floor = traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces)
-        lower = np.maximum(g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor),
-                           pieces * (child_carried + tab.t[r][:, target]).max(axis=0, initial=0.0))
+        lower = np.maximum(np.maximum(g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor),
+                                      pieces * (child_carried + tab.t[r][:, target]).max(axis=0, initial=0.0)),
+                           joint_bound(g + w, child_carried, tab.j[r][:, target], pieces, K))
         within = np.flatnonzero(lower <= candidates.bound())
         if within.size:
             order = within[np.argsort(lower[within], kind="stable")]

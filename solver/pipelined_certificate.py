@@ -5,7 +5,7 @@ A branch and bound over the programs of every piece count
 of partial programs it expanded; with the final bound ``c`` (the N-th cheapest
 cost over every piece count) that tree is the certificate. It is checked, never
 trusted (:func:`check_pipelined_all`): the tables the bounds came from (the
-Bellman and traffic inequalities of ``solver/certificate.py``, or the chord
+Bellman, traffic and joint inequalities of ``solver/certificate.py``, or the chord
 argument of a bracketed table), then every valid step out of the tree leading
 to a lower bound of at least ``c``, and every program inside it either listed at
 its exact cost or no cheaper than ``c``.
@@ -20,18 +20,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from p2synth.hierarchies.program import RawProgram
-from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_traffic, check_traffic_table
+from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table, check_traffic
 from p2synth.solver.cost import PY, pipelined_seconds
-from p2synth.solver.costtogo import PieceTraffic, Successors, one_table, successors_by_state
+from p2synth.solver.costtogo import PieceTraffic, Successors, successors_by_state
 from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, traffic_floor, windows
 from p2synth.solver.stepcosts import EdgeCosts
 
 
-def _same_table(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether `a` and `b` hold the same values (one table each for every step count: the one table's)."""
-    if a.shape == b.shape and one_table(a) and one_table(b):
-        return np.array_equal(a[0], b[0])
-    return np.array_equal(a, b)
+def joint_share(max_steps: int, pieces: int) -> float:
+    """How many times a level's whole traffic on one piece a program of at most `max_steps` steps spends at least in
+    the ``pieces - 1`` periods of a `pieces`-piece pipeline, written here apart from the search's
+    (``solver.pipelined.period_share``): the windows of `pieces` steps starting at steps 0, `pieces`, ... cover the
+    program with ``ceil(max_steps / pieces)`` windows, so one carries at least that share of the level's traffic, and
+    the period is at least every window's traffic (``solver.cost.pipeline_period``)."""
+    return (pieces - 1) / math.ceil(max_steps / pieces)
 
 
 def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequence[PipelineTables],
@@ -54,6 +56,8 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
       no completion costs less than the same chord of the two exact bounds (a
       minimum of sums is at least the sum of the minima); the table must lie
       at or below it, scaled by ``1 - BRACKET_SLACK``.
+    * Every searched piece count's joint table (:func:`_check_joint`), then its
+      tree (the three bounds of :func:`check_pipelined`).
 
     `checked`: step costs and a cost-to-go table whose Bellman inequalities were
     checked already (the sequential search's certificate, :func:`solver.certificate.check`); a table
@@ -62,13 +66,14 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
     if len(searched) != len(tables) or not tables:
         raise CertificateError(f"{len(searched)} searches for {len(tables)} piece counts")
     top = tables[-1]
-    check_traffic_table(one.costs.space, whole.t, whole.rows, one.rows)
+    space, K = one.costs.space, one.h.shape[0] - 1
+    check_sum_table(space, whole.t, whole.rows, one.rows, "traffic")
     if one.pieces != 1 or one.bracketed or top.bracketed or top.pieces != max(t.pieces for t in tables):
         raise CertificateError("the exact tables must be those of one piece and of the most pieces")
     for tab in (one, *tables):
         ours = tab.rows.traffic
         if not (isinstance(ours, PieceTraffic) and ours.whole is whole.rows and ours.pieces == tab.pieces
-                and _same_table(tab.t, whole.on_pieces(tab.pieces)[1])):
+                and np.array_equal(tab.t, whole.on_pieces(tab.pieces)[1])):
             raise CertificateError(f"{tab.pieces} pieces: the traffic is not the whole buffer's over {tab.pieces}")
         try:
             if tab.bracketed:
@@ -80,7 +85,8 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None
     for tab, (expanded, found) in zip(tables, searched):
         try:
-            _check_tree(tab.costs, tab.h, tab.t, tab.pieces, expanded, found, threshold, tab.rows)
+            _check_joint(space, tab.j, tab.rows, tab.pieces, K)
+            _check_tree(tab.costs, tab.h, tab.t, tab.j, tab.pieces, expanded, found, threshold, tab.rows)
         except CertificateError as e:
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None
 
@@ -99,45 +105,63 @@ def _check_bracketed(tab: PipelineTables, one: PipelineTables, top: PipelineTabl
         raise CertificateError("the bracketed cost-to-go lies above the chord of the exact ones")
 
 
-def check_pipelined(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
-                    expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
-                    rows: Successors | None = None) -> None:
-    """Check that every program of two or more steps run on `pieces` pieces and not in `found` costs at least `threshold`.
+def check_pipelined(tab: PipelineTables, expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float],
+                    threshold: float) -> None:
+    """Check that every program of two or more steps run on ``tab.pieces`` pieces and not in `found` costs at least
+    `threshold`, from the exact tables `tab` (not bracketed) and the tree a branch and bound expanded.
 
-    `costs` are the step costs on one piece, with traffic. `expanded` is the
-    tree a branch and bound expanded (prefixes as step indices, the empty one
-    included); every valid step out of it must lead to a lower bound of at
-    least `threshold`: the stages so far, `h` for the rest of the sum, and
-    ``pieces - 1`` periods of at least the period so far and each
-    level's traffic so far plus `t`, over the windows of `pieces` steps a
-    program needs (the tables checked here; a program's traffic on a level
-    spreads over at most ``ceil(K / pieces)`` windows, so some window carries
-    that fraction of it); and at least ``pieces`` times each level's traffic so
-    far plus `t` (the level floor of ``solver.cost.pipelined_seconds``: a
-    level carries every piece of every step). Every program inside the tree is either in `found` at its
-    exact cost (recomputed here with ``solver.cost.pipelined_seconds``) or
-    costs at least `threshold`. CertificateError otherwise.
+    `tab` holds the step costs on one piece, with traffic, and the tables the
+    bounds come from, each checked here: `h` (Bellman), `t` and `j`
+    (:func:`_check_joint`). `expanded` is the tree (prefixes as step indices,
+    the empty one included); every valid step out of it must lead to a lower
+    bound of at least `threshold`, the largest of three:
+
+    * the stages so far, `h` for the rest of the sum, and ``pieces - 1``
+      periods of at least the period so far and each level's traffic so far
+      plus `t`, over the windows of `pieces` steps a program needs (a
+      program's traffic on a level spreads over at most ``ceil(K / pieces)``
+      windows, so some window carries that fraction of it);
+    * ``pieces`` times each level's traffic so far plus `t` (the level floor of
+      ``solver.cost.pipelined_seconds``: a level carries every piece of every
+      step);
+    * per level, the stages so far plus :func:`joint_share` times its traffic
+      so far, plus `j` (the stages and the periods bounded together).
+
+    Every program inside the tree is either in `found` at its exact cost
+    (recomputed here with ``solver.cost.pipelined_seconds``) or costs at least
+    `threshold`. CertificateError otherwise.
     """
-    rows = rows or successors_by_state(costs)
-    check_traffic(costs, t, rows)
-    check_bellman(costs, h, rows)
-    _check_tree(costs, h, t, pieces, expanded, found, threshold, rows)
+    if tab.bracketed:
+        raise CertificateError("a bracketed table is checked against the exact ones (check_pipelined_all)")
+    K = tab.h.shape[0] - 1
+    check_sum_table(tab.costs.space, tab.t, tab.rows.traffic, tab.rows, "traffic")
+    check_bellman(tab.costs, tab.h, tab.rows)
+    _check_joint(tab.costs.space, tab.j, tab.rows, tab.pieces, K)
+    _check_tree(tab.costs, tab.h, tab.t, tab.j, tab.pieces, expanded, found, threshold, tab.rows)
 
 
-def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
+def _check_joint(space, j: np.ndarray, rows: Successors, pieces: int, max_steps: int) -> None:
+    """The joint table's inequalities: ``j[r][l]`` bounds the sum over a completion of each step's stage plus
+    :func:`joint_share` times its traffic on level ``l`` (``solver.pipelined.joint_to_go``); those sums over a whole
+    program are each at most its cost on `pieces` pieces (the stages are the fill, the share a floor on the periods)."""
+    values = rows.weight[None, :] + joint_share(max_steps, pieces) * rows.traffic[:, :]
+    check_sum_table(space, j, values, rows, "joint")
+
+
+def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, pieces: int,
                 expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
                 rows: Successors) -> None:
     """The expanded tree of :func:`check_pipelined`, its tables already checked: depth by depth, every node's
     children at once (:class:`_Frontier`)."""
     space, K = costs.space, h.shape[0] - 1
-    spread = 1.0 / windows(K, pieces)
+    spread, share = 1.0 / windows(K, pieces), joint_share(K, pieces)
     floor = threshold * (1 - TOLERANCE)
     tree = set(expanded)
     if any(q[:-1] not in tree for q in tree if q) or (tree and () not in tree):
         raise CertificateError("the expanded tree does not hold every prefix of its nodes")
     if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
         root = max(h[K][space.start] + (pieces - 1) * float((t[K][:, space.start] * spread).max(initial=0.0)),
-                   pieces * float(t[K][:, space.start].max(initial=0.0)))
+                   pieces * float(t[K][:, space.start].max(initial=0.0)), float(j[K][:, space.start].max(initial=0.0)))
         if not root >= floor:
             raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
         return
@@ -160,8 +184,10 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, pieces: int,
         r = K - d - 1
         carried = node.carried[:, child.parent] + child.load
         floor_period = traffic_floor(carried, t[r][:, child.target], d + 1, r, K, pieces)
-        lower = np.maximum(node.g[child.parent] + child.w + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period),
-                           pieces * (carried + t[r][:, child.target]).max(axis=0, initial=0.0))
+        g = node.g[child.parent] + child.w
+        lower = np.maximum(np.maximum(g + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period),
+                                      pieces * (carried + t[r][:, child.target]).max(axis=0, initial=0.0)),
+                           (g + share * carried + j[r][:, child.target]).max(axis=0, initial=0.0))
         index = {q: i for i, q in enumerate(node.nodes)}
         keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)
         pos = np.searchsorted(child.key, keys)

@@ -17,8 +17,7 @@ from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import PY, AlphaBeta, level_floor, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
 from p2synth.solver.models import CostModelKind, cost_model
-from p2synth.solver.pipelined import (bracketed_tables, cheapest_pipelined, cheapest_pipelined_all, pipeline_tables,
-                                      whole_traffic)
+from p2synth.solver.pipelined import bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
 from p2synth.solver.search import Proof, solve
 from p2synth.solver.stepcosts import edge_costs, split_costs
 from p2synth.solver.topn import Candidates
@@ -128,23 +127,23 @@ def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
 def _pipelined_search(pieces=4, top=5):
     space = state_space(AR, 2)
     model = cost_model(P8, REQ, 64 << 20, pieces=pieces)
-    costs = edge_costs(space, model, with_traffic=True)
-    h, t = cost_to_go(costs, 4), traffic_to_go(costs, 4)
+    tab = pipeline_tables(edge_costs(space, model, with_traffic=True), pieces, 4)
     cands = Candidates(top)
-    expanded, found = cheapest_pipelined(costs, h, t, pieces, cands)
-    return costs, h, t, expanded, found, cands.nth()
+    ((expanded, found),) = cheapest_pipelined_all([tab], cands)
+    return tab, expanded, found, cands.nth()
 
 
 def test_the_pipelined_certificate_accepts_the_search():
-    costs, h, t, expanded, found, nth = _pipelined_search()
+    tab, expanded, found, nth = _pipelined_search()
     assert len(found) >= 5 and () in expanded
-    pipelined_certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
+    pipelined_certificate.check_pipelined(tab, expanded, found, nth)
 
 
-@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "cost-to-go-too-high", "traffic-too-high", "wrong-cost",
-                                   "invalid-step", "orphan"])
+@pytest.mark.parametrize("fault", ["drop-found", "cut-tree", "cost-to-go-too-high", "traffic-too-high", "joint-too-high",
+                                   "wrong-cost", "invalid-step", "orphan"])
 def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
-    costs, h, t, expanded, found, nth = _pipelined_search()
+    tab, expanded, found, nth = _pipelined_search()
+    costs, h, t, j = tab.costs, tab.h, tab.t, tab.j
     cheapest = min(found, key=found.get)
     if fault == "drop-found":
         found = {k: v for k, v in found.items() if k != cheapest}
@@ -163,29 +162,36 @@ def test_the_pipelined_certificate_refuses_a_wrong_one(fault):
     elif fault == "traffic-too-high":
         t = t.copy()
         t[3][np.isfinite(t[3]) & (t[3] > 0)] *= 1.5
+    elif fault == "joint-too-high":
+        j = j.copy()
+        j[3][np.isfinite(j[3]) & (j[3] > 0)] *= 1.5
     else:
         found = {**found, cheapest: found[cheapest] * 0.9}
     with pytest.raises(CertificateError):
-        pipelined_certificate.check_pipelined(costs, h, t, 4, expanded, found, nth)
+        pipelined_certificate.check_pipelined(dataclasses.replace(tab, h=h, t=t, j=j), expanded, found, nth)
 
 
-def test_the_traffic_table_is_one_fixed_point_and_the_certificate_checks_it_once():
-    """traffic_to_go returns one table for every step count: the least traffic of a completion of any length, at or
-    below the per-step-count table of every r and equal to it once r is large; the certificate accepts it, and refuses
-    it raised anywhere (one table: every r at once)."""
-    from p2synth.solver.costtogo import _backward, one_table
+def test_the_tables_bound_each_completion_within_the_steps_left():
+    """t[r] and j[r] are the least per-level sums over the completions of at most r steps, brute-forced here: the
+    step limit counts (a completion of any length could put the goal off and carry less)."""
+    tab, *_ = _pipelined_search()
+    space, rows, K = tab.costs.space, tab.rows, tab.h.shape[0] - 1
+    share = 3 / 1  # 4 pieces, at most 4 steps: one window
+    traffic = rows.traffic[:, :]
 
-    costs, h, t, expanded, found, nth = _pipelined_search()
-    rows = successors_by_state(costs)
-    assert one_table(t) and t.shape[0] == 5
-    per_r = _backward(costs.space, rows.traffic, rows, np.add, 4, None)
-    assert np.all(t <= per_r)
-    long = _backward(costs.space, rows.traffic, rows, np.add, costs.space.size, None)
-    assert np.array_equal(t[0], long[-1])
-    certificate.check_traffic(costs, t, rows)
-    raised = np.where(np.isfinite(t[0]) & (t[0] > 0), t[0] * 1.5, t[0])
-    with pytest.raises(CertificateError):
-        certificate.check_traffic(costs, np.broadcast_to(raised, t.shape), rows)
+    def least(state, r, values):
+        best = np.where(space.goal[state], 0.0, np.inf) * np.ones(values.shape[0])
+        if r == 0:
+            return best
+        for i in range(rows.offsets[state], rows.offsets[state + 1]):
+            best = np.minimum(best, values[:, i] + least(int(rows.target[i]), r - 1, values))
+        return best
+
+    joint = rows.weight[None, :] + share * traffic
+    for r in range(K + 1):
+        assert np.allclose(tab.t[r][:, space.start], least(space.start, r, traffic), rtol=1e-12)
+        assert np.allclose(tab.j[r][:, space.start], least(space.start, r, joint), rtol=1e-12)
+    assert np.any(np.isfinite(tab.t[1]) & (tab.t[1] > tab.t[K]))  # one step left carries more somewhere than four
 
 
 def test_a_pipelined_program_is_checked_as_one_piece_and_reads_back():
