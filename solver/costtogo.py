@@ -35,14 +35,14 @@ class Successors:
 
 def successors_by_state(costs: EdgeCosts) -> Successors:
     """The (step, target, weight) rows of every state, in state order (steps in StateSpace order within a state)."""
-    _, offsets, step, target = _rows_layout(costs.space)
+    _, offsets, step, target = rows_layout(costs.space)
     case = _row_cases(costs.space)
     traffic = None if costs.loads is None else np.take(costs.loads, case, axis=1)
     return Successors(offsets, step, target, np.take(costs.values, case), traffic)
 
 
 @lru_cache(maxsize=32)
-def _rows_layout(space: StateSpace) -> tuple[np.ndarray, ...]:
+def rows_layout(space: StateSpace) -> tuple[np.ndarray, ...]:
     """How the state space's steps sort into rows by state: the permutation, offsets, step and target of each row."""
     src = np.concatenate([s.sources for s in space.steps])
     step = np.concatenate([np.full(s.sources.size, j) for j, s in enumerate(space.steps)])
@@ -56,9 +56,9 @@ def _rows_layout(space: StateSpace) -> tuple[np.ndarray, ...]:
 def _row_cases(space: StateSpace) -> np.ndarray:
     """The case (:func:`solver.stepcosts.step_cases`) of every row, in row order."""
     cases = step_cases(space)
-    # step-major, as _rows_layout's src
+    # step-major, as rows_layout's src
     flat = np.concatenate([s + inv for s, inv in zip(cases.start[:-1], cases.inverse)])
-    return np.take(flat, _rows_layout(space)[0])
+    return np.take(flat, rows_layout(space)[0])
 
 
 @dataclass(frozen=True)

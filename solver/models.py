@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
-from p2synth.hierarchies.program import Collective, Program, Request, to_raw
-from p2synth.solver.cost import AlphaBeta, CostModel, raw_program_cost
+from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
+from p2synth.solver.cost import AlphaBeta, Algebra, CostModel, raw_program_cost
 from p2synth.solver.simulator import Simulator
 
 
@@ -50,13 +53,15 @@ def program_cost_and_steps(placement: Placement, request: Request, program: Prog
 
 @dataclass(frozen=True)
 class CostSignature:
-    """Everything a request's predicted step times on a placement depend on.
+    """Everything a request's predicted step times on a placement depend on, up to the order of its cells.
 
     Both cost models see a placement only through the hierarchy (its link
-    figures and counts) and the reduced cells' levels and factors, in cell
-    order; two placements with equal signatures give every program the same
-    predicted time, so one search and one proof serve both
-    (``tests/test_search.py`` holds the models to this).
+    figures and counts) and the reduced cells' levels and factors, each cell
+    alike; the signature lists the cells in :func:`canonical_order` (by level,
+    then factor), so two placements with equal signatures give every program
+    the same predicted time once their cells are read in that order
+    (:class:`InCellOrder`), and one search and one proof serve both
+    (``tests/test_certificate.py`` holds the models to this).
     """
 
     kind: CostModelKind
@@ -69,5 +74,66 @@ class CostSignature:
 def cost_signature(placement: Placement, request: Request, message_bytes: float,
                    kind: CostModelKind | str = CostModelKind.ALPHA_BETA) -> CostSignature:
     """The :class:`CostSignature` of `request` on `placement` at `message_bytes` under cost model `kind`."""
-    cells = tuple((c.level, placement.factor(c)) for c in request.reduced_cells(placement))
-    return CostSignature(CostModelKind(kind), placement.hierarchy, request.collective, float(message_bytes), cells)
+    cells = request.reduced_cells(placement)
+    shape = tuple((cells[i].level, placement.factor(cells[i])) for i in canonical_order(placement, request))
+    return CostSignature(CostModelKind(kind), placement.hierarchy, request.collective, float(message_bytes), shape)
+
+
+def canonical_order(placement: Placement, request: Request) -> tuple[int, ...]:
+    """The request's reduced cells (their indices in cell order) sorted by level, then factor (ties in cell order):
+    the order in which a :class:`CostSignature` lists them."""
+    cells = request.reduced_cells(placement)
+    return tuple(sorted(range(len(cells)), key=lambda i: (cells[i].level, placement.factor(cells[i]))))
+
+
+def reorder(raw: RawProgram, order: Sequence[int]) -> RawProgram:
+    """A program over cells read in `order` (bit ``k`` of a mask for cell ``order[k]``) as masks over the cells in
+    their own order."""
+    return tuple((op, sum(1 << order[k] for k in range(len(order)) if mask >> k & 1)) for op, mask in raw)
+
+
+@dataclass(frozen=True)
+class InCellOrder:
+    """Cost model `model` read with its cells in `order`: entry ``k`` of the per-cell booleans it is given is the
+    model's cell ``order[k]``. Costs are the model's own, for the program :func:`reorder` maps to."""
+
+    model: CostModel
+    order: tuple[int, ...]
+
+    def _own(self, *bits: Sequence[Any]) -> list[list[Any]]:
+        out = []
+        for b in bits:
+            own = [None] * len(b)
+            for k, i in enumerate(self.order):
+                own[i] = b[k]
+            out.append(own)
+        return out
+
+    @property
+    def pieces(self) -> int | None:
+        """The wrapped model's piece count (None if it has none)."""
+        return getattr(self.model, "pieces", None)
+
+    def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
+        """The model's step time."""
+        return self.model.step_time(alg, op, *self._own(S, Y, Z))
+
+    def traffic(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> list[Any]:
+        """The model's per-level traffic."""
+        return self.model.traffic(alg, op, *self._own(S, Y, Z))
+
+    @property
+    def split(self):
+        """The model's ``split`` read in this order, or None where the model does not split (``solver.stepcosts``)."""
+        inner = getattr(self.model, "split", None)
+        return None if inner is None else lambda alg, op, S, Y, Z: inner(alg, op, *self._own(S, Y, Z))
+
+    @property
+    def on_piece(self):
+        """The model's ``on_piece`` read in this order, or None (``solver.cost``'s walk along a program)."""
+        inner = getattr(self.model, "on_piece", None)
+        return None if inner is None else lambda alg, op, S, Y, Z: inner(alg, op, *self._own(S, Y, Z))
+
+    def with_pieces(self, pieces: int) -> InCellOrder:
+        """The same wrapper around the model at `pieces` pieces (a model with a ``pieces`` field)."""
+        return InCellOrder(dataclasses.replace(self.model, pieces=pieces), self.order)

@@ -28,29 +28,13 @@ from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.cost import CostModel
 from p2synth.solver.costtogo import PieceTraffic, Successors, cost_to_go, successors_by_state, sum_to_go, traffic_to_go
 from p2synth.solver.stepcosts import EdgeCosts, edge_traffic, step_cases
+from p2synth.solver.symmetry import Pair, all_tied, orbit, pair_bits
 from p2synth.solver.topn import Candidates
 
 
 def windows(steps: int, pieces: int) -> int:
     """How many windows of `pieces` consecutive steps a program of at most `steps` steps needs to cover its steps."""
     return -(-steps // pieces)
-
-
-def traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_left: int, max_steps: int,
-                  pieces: int) -> np.ndarray:
-    """A floor on a pipeline's period from traffic alone, per candidate (columns): the busiest level's traffic
-    `done` over the steps taken so far, plus at least `ahead` in at most `steps_left` more steps (levels x
-    candidates), on `pieces` pieces.
-
-    The windows starting at every `pieces`-th step cover a program, so one of
-    them carries at least its share: the whole program's traffic over the
-    ``ceil(max_steps / pieces)`` windows a program of up to `max_steps` steps
-    needs, the steps taken over the ``ceil(steps_done / pieces)`` windows that
-    cover them, the steps to come over ``ceil(steps_left / pieces)``.
-    """
-    whole = (done + ahead) / windows(max_steps, pieces)
-    floor = np.maximum(np.maximum(whole, done / windows(max(steps_done, 1), pieces)), ahead / windows(max(steps_left, 1), pieces))
-    return floor.max(axis=0, initial=0.0)
 
 
 def period_share(steps: int, pieces: int) -> float:
@@ -81,12 +65,6 @@ def joint_to_go(rows: Successors, space: StateSpace, pieces: int, max_steps: int
     their minima taken over different completions).
     """
     return sum_to_go(space, joint_values(rows, pieces, max_steps), rows, max_steps, deadline)
-
-
-def joint_bound(g: np.ndarray, carried: np.ndarray, j: np.ndarray, pieces: int, max_steps: int) -> np.ndarray:
-    """The joint floor of :func:`joint_to_go` for partial programs (columns): stages so far `g`, each level's traffic
-    so far `carried` (levels x candidates) and the table's values `j` at their states (levels x candidates)."""
-    return (g + (period_share(max_steps, pieces) * carried + j)).max(axis=0, initial=0.0)
 
 
 def finished_cost(g: float, period: float, carried: np.ndarray, pieces: int) -> float:
@@ -196,8 +174,8 @@ def bracketed_tables(costs: EdgeCosts, pieces: int, one: PipelineTables, top: Pi
     return PipelineTables(pieces, costs, rows, h, t, joint_to_go(rows, costs.space, pieces, K), bracketed=True)
 
 
-def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates, deadline: Deadline | None = None
-                           ) -> list[tuple[list[tuple[int, ...]], dict[RawProgram, float]]]:
+def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates, deadline: Deadline | None = None,
+                           pairs: tuple[Pair, ...] = ()) -> list[tuple[list[tuple[int, ...]], dict[RawProgram, float]]]:
     """Branch and bound over programs of two or more steps, on every piece count of `tables` at once; what it finds
     goes to `candidates`.
 
@@ -209,10 +187,17 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     level's traffic so far plus its least traffic to come (`t`) spread over the
     windows of `pieces` steps a program needs (:func:`windows`); and at least
     ``pieces`` times each level's traffic so far plus its least to come (the
-    level floor of ``solver.cost.pipelined_seconds``). Returns, per table, the partial programs it
-    expanded (step indices into the state space's steps): with the final bound,
-    the certificate ``solver.pipelined_certificate.check_pipelined_all`` checks; and the
-    programs it found with their costs on that many pieces.
+    level floor of ``solver.cost.pipelined_seconds``); and the joint bound: the stages so far plus :func:`period_share` times each level's
+    traffic so far, plus `j` (:func:`joint_to_go`).
+
+    `pairs`: interchangeable cells (``solver.symmetry``; the caller has
+    checked that swapping them keeps every step cost). Only leaders are
+    expanded, a node carrying which pairs are still tied, and each program
+    found is offered with its whole orbit. Returns, per table, the partial
+    programs it expanded (step indices into the state space's steps): with the
+    final bound, the certificate
+    ``solver.pipelined_certificate.check_pipelined_all`` checks; and the
+    programs it found (whole orbits) with their costs on that many pieces.
     """
     deadline = deadline or Deadline(None)
     tie = itertools.count()
@@ -223,11 +208,12 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         start = float(max(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0),
                           tab.pieces * tab.t[K][:, space.start].max(initial=0.0),
                           tab.j[K][:, space.start].max(initial=0.0)))
-        # a node: depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps
-        heap.append((start, next(tie), k, (0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), ()), None, 0))
+        # a node: depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps, tied pairs
+        root = (0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), (), all_tied(pairs))
+        heap.append((start, next(tie), k, root, None, 0))
         out.append(([], {}))
     heapq.heapify(heap)
-    near: dict[tuple[int, int], tuple] = {}  # (table, state) -> its rows' first index, costs, targets and traffic
+    near: dict[tuple[int, int, int], _Near] = {}  # (table, state, steps left after the step) -> what its rows need
     while heap:
         # an entry is a node, or (kids) the `pos`-th cheapest of a node's children: the queue holds one child per
         # expanded node at a time, its next sibling entering when it leaves
@@ -242,32 +228,68 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
             if pos + 1 < len(kids.order):
                 heapq.heappush(heap, (kids.bounds[pos + 1], next(tie), k, node, kids, pos + 1))
             node = kids.child(node, kids.order[pos], rows, pieces)
-        depth, state, g, period, carried, recent, prog = node
+        depth, state, g, period, carried, recent, prog, tied = node
         expanded.append(prog)
         if depth >= 2 and space.goal[state]:
-            raw = tuple((space.steps[j].op, space.steps[j].mask) for j in prog)
-            found[raw] = finished_cost(g, period, carried, pieces)
-            candidates.offer(raw, pieces, found[raw])
+            cost = finished_cost(g, period, carried, pieces)
+            for raw in orbit(tuple((space.steps[j].op, space.steps[j].mask) for j in prog), pairs):
+                found[raw] = cost
+                candidates.offer(raw, pieces, cost)
         if depth == K:
             continue
-        if (k, state) not in near:
-            lo, hi = rows.offsets[state], rows.offsets[state + 1]
-            near[k, state] = (lo, rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi])
-        lo, w, target, load = near[k, state]
+        r = K - depth - 1
+        rows_of = near.get((k, state, r))
+        if rows_of is None:
+            rows_of = near[k, state, r] = _Near.of(tab, state, r, pairs)
+        lo, w, target, load = rows_of.lo, rows_of.w, rows_of.target, rows_of.load
         window = rows.traffic[:, list(recent)].sum(axis=1) if recent else np.zeros(load.shape[0])
         child_period = np.maximum(np.maximum(period, w), (window[:, None] + load).max(axis=0, initial=0.0))
         child_carried = carried[:, None] + load
-        r = K - depth - 1
-        period_floor = traffic_floor(child_carried, tab.t[r][:, target], depth + 1, r, K, pieces)
-        lower = np.maximum(np.maximum(g + w + tab.h[r][target] + (pieces - 1) * np.maximum(child_period, period_floor),
-                                      pieces * (child_carried + tab.t[r][:, target]).max(axis=0, initial=0.0)),
-                           joint_bound(g + w, child_carried, tab.j[r][:, target], pieces, K))
-        within = np.flatnonzero(lower <= candidates.bound())
+        total = carried[:, None] + rows_of.total  # each level's traffic so far, the step's, and the least to come
+        # the bounds of the docstring, with what depends on the state and steps left alone kept in rows_of
+        period_floor = np.maximum(np.maximum(total * (1.0 / windows(K, pieces)), child_carried * (1.0 / windows(depth + 1, pieces))),
+                                  rows_of.ahead).max(axis=0, initial=0.0)
+        lower = np.maximum(np.maximum(g + rows_of.wh + (pieces - 1) * np.maximum(child_period, period_floor),
+                                      pieces * total.max(axis=0, initial=0.0)),
+                           g + (period_share(K, pieces) * carried[:, None] + rows_of.joint).max(axis=0, initial=0.0))
+        within = np.flatnonzero((lower <= candidates.bound()) & ((rows_of.breaks & tied) == 0))
         if within.size:
             order = within[np.argsort(lower[within], kind="stable")]
-            children = _SortedChildren(order.tolist(), lower[order].tolist(), lo, w, target, child_period, child_carried)
+            children = _SortedChildren(order.tolist(), lower[order].tolist(), lo, w, target, child_period, child_carried,
+                                       rows_of.splits)
             heapq.heappush(heap, (children.bounds[0], next(tie), k, node, children, 0))
     return out
+
+
+@dataclass(frozen=True)
+class _Near:
+    """The steps out of one state with `r` steps left after them, as :func:`cheapest_pipelined_all` bounds them: their
+    rows (from `lo`), costs, targets and traffic (`load`); the parts of the bounds that depend on nothing else: the
+    cost plus `h` (`wh`), the traffic plus `t` (`total`), `t` over the windows of the steps to come (`ahead`), the
+    cost plus the period share of the traffic plus `j` (`joint`); and the pairs each breaks or splits
+    (``solver.symmetry.pair_bits``)."""
+
+    lo: int
+    w: np.ndarray
+    target: np.ndarray
+    load: np.ndarray
+    wh: np.ndarray
+    total: np.ndarray
+    ahead: np.ndarray
+    joint: np.ndarray
+    breaks: np.ndarray
+    splits: np.ndarray
+
+    @staticmethod
+    def of(tab: PipelineTables, state: int, r: int, pairs: tuple[Pair, ...]) -> _Near:
+        """The steps out of `state` in `tab` with `r` steps left after them."""
+        rows, space, K = tab.rows, tab.costs.space, tab.h.shape[0] - 1
+        lo, hi = int(rows.offsets[state]), int(rows.offsets[state + 1])
+        w, target, load = rows.weight[lo:hi], rows.target[lo:hi], rows.traffic[:, lo:hi]
+        t = tab.t[r][:, target]
+        masks = np.fromiter((space.steps[j].mask for j in rows.step[lo:hi]), dtype=np.int64, count=hi - lo)
+        return _Near(lo, w, target, load, w + tab.h[r][target], load + t, t * (1.0 / windows(max(r, 1), tab.pieces)),
+                     w + period_share(K, tab.pieces) * load + tab.j[r][:, target], *pair_bits(masks, pairs))
 
 
 @dataclass(frozen=True)
@@ -283,10 +305,12 @@ class _SortedChildren:
     target: np.ndarray
     period: np.ndarray
     carried: np.ndarray
+    splits: np.ndarray  # per row, the pairs (bits) its slice splits (solver.symmetry.pair_bits)
 
     def child(self, node: tuple, i: int, rows: Successors, pieces: int) -> tuple:
-        """Child `i` of `node` as a node (depth, state, sum of stages, period, traffic so far, last P-1 rows, steps)."""
-        depth, _, g, _, _, recent, prog = node
+        """Child `i` of `node` as a node (depth, state, sum of stages, period, traffic so far, last P-1 rows, steps,
+        pairs still tied)."""
+        depth, _, g, _, _, recent, prog, tied = node
         row = self.lo + i
         return (depth + 1, int(self.target[i]), float(g + self.w[i]), float(self.period[i]), self.carried[:, i],
-                (recent + (row,))[-(pieces - 1):], prog + (int(rows.step[row]),))
+                (recent + (row,))[-(pieces - 1):], prog + (int(rows.step[row]),), tied & ~int(self.splits[i]))

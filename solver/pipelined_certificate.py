@@ -16,15 +16,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from p2synth.hierarchies.program import RawProgram
 from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table, check_traffic
 from p2synth.solver.cost import PY, pipelined_seconds
-from p2synth.solver.costtogo import PieceTraffic, Successors, successors_by_state
-from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, traffic_floor, windows
+from p2synth.solver.costtogo import PieceTraffic, Successors, rows_layout, successors_by_state
+from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, windows
 from p2synth.solver.stepcosts import EdgeCosts
+from p2synth.solver.symmetry import Pair, orbit, swap_mask
 
 
 def joint_share(max_steps: int, pieces: int) -> float:
@@ -38,7 +40,7 @@ def joint_share(max_steps: int, pieces: int) -> float:
 
 def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequence[PipelineTables],
                         searched: Sequence[tuple[Sequence[tuple[int, ...]], dict[RawProgram, float]]], threshold: float,
-                        checked: tuple[EdgeCosts, np.ndarray] | None = None) -> None:
+                        checked: tuple[EdgeCosts, np.ndarray] | None = None, pairs: Sequence[Pair] = ()) -> None:
     """Check a branch and bound over several piece counts (``solver.pipelined.cheapest_pipelined_all``): per piece
     count in `tables` (ascending), its (expanded tree, programs found) in `searched`, as :func:`check_pipelined`
     does; CertificateError naming the piece count otherwise.
@@ -58,6 +60,14 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
       at or below it, scaled by ``1 - BRACKET_SLACK``.
     * Every searched piece count's joint table (:func:`_check_joint`), then its
       tree (the three bounds of :func:`check_pipelined`).
+    * With `pairs` (interchangeable cells, ``solver.symmetry``), the search
+      expanded leaders only. Each pair must be a symmetry of every step cost
+      and of the traffic (:func:`check_symmetry`), each piece count's programs
+      found must be closed under the swaps at equal cost, and a step out of the
+      tree below the threshold must lead to a prefix that is no leader (the
+      least of its orbit is another, computed here from the orbit itself).
+      Then an unlisted program's leader, of the same cost, is unlisted too (the
+      lists are closed) and is covered by the tree.
 
     `checked`: step costs and a cost-to-go table whose Bellman inequalities were
     checked already (the sequential search's certificate, :func:`solver.certificate.check`); a table
@@ -83,12 +93,78 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
                     check_bellman(tab.costs, tab.h, tab.rows)
         except CertificateError as e:
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None
+    for pair in pairs:
+        check_symmetry(space, [tab.rows for tab in tables], whole.rows, pair)
     for tab, (expanded, found) in zip(tables, searched):
         try:
             _check_joint(space, tab.j, tab.rows, tab.pieces, K)
-            _check_tree(tab.costs, tab.h, tab.t, tab.j, tab.pieces, expanded, found, threshold, tab.rows)
+            _check_closed(found, pairs)
+            _check_tree(tab.costs, tab.h, tab.t, tab.j, tab.pieces, expanded, found, threshold, tab.rows, pairs)
         except CertificateError as e:
             raise CertificateError(f"{tab.pieces} pieces: {e}") from None
+
+
+def check_symmetry(space, rows: Sequence[Successors], traffic: np.ndarray, pair: Pair) -> None:
+    """That swapping the two cells of `pair` maps every step valid in every state to a step valid in the swapped
+    state, into the swapped target (:func:`_swapped_rows`), at the same cost under each of `rows` (within 1e-12, for
+    floating-point sums in another order) and with the same traffic per level (`traffic`, levels x rows); else
+    CertificateError."""
+    a, b = pair
+    layout = rows_layout(space)
+    pos = _swapped_rows(space, pair)
+    if pos is None:
+        raise CertificateError(f"swapping cells {a} and {b} does not map the steps onto the steps")
+    for r in rows:
+        if not (np.array_equal(r.offsets, layout[1]) and np.array_equal(r.step, layout[2])):
+            raise CertificateError("the rows are not the state space's")
+        if not _near_equal(r.weight[pos], r.weight):
+            raise CertificateError(f"swapping cells {a} and {b} changes a step's cost")
+    if not _near_equal(traffic[:, pos], traffic):
+        raise CertificateError(f"swapping cells {a} and {b} changes a step's traffic")
+
+
+def _near_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal within 1e-12 relative (equal outright in the common case, checked first)."""
+    return np.array_equal(a, b) or np.allclose(a, b, rtol=1e-12, atol=0.0)
+
+
+@lru_cache(maxsize=64)
+def _swapped_rows(space, pair: Pair) -> np.ndarray | None:
+    """Per row of the state space (``solver.costtogo`` layout: by state, steps in order), the row of the same step
+    with the cells of `pair` swapped, taken in the state with their statuses swapped; None where such a step is not
+    valid there or leads elsewhere than the swapped target. It depends on the state space alone."""
+    a, b = pair
+    R = space.radix
+    _, offsets, step, target = rows_layout(space)
+    src = np.repeat(np.arange(space.size, dtype=np.int64), np.diff(offsets))
+
+    def swapped(states: np.ndarray) -> np.ndarray:
+        da, db = states // R ** a % R, states // R ** b % R
+        return states + (db - da) * R ** a + (da - db) * R ** b
+
+    index = {(s.op, s.mask): j for j, s in enumerate(space.steps)}
+    image = np.array([index.get((s.op, swap_mask(s.mask, pair)), -1) for s in space.steps], dtype=np.int64)
+    n = len(space.steps)
+    key = src * n + step
+    want = swapped(src) * n + image[step]
+    pos = np.minimum(np.searchsorted(key, want), key.size - 1)
+    if np.any(image[step] < 0) or np.any(key[pos] != want) or np.any(target[pos] != swapped(target)):
+        return None
+    return pos
+
+
+def _check_closed(found: dict[RawProgram, float], pairs: Sequence[Pair]) -> None:
+    """Every program found has each swap of `pairs` found too, at the same cost."""
+    for raw, cost in found.items():
+        for pair in pairs:
+            twin = tuple((op, swap_mask(m, pair)) for op, m in raw)
+            if twin not in found or not math.isclose(found[twin], cost, rel_tol=1e-12):
+                raise CertificateError(f"{raw} is listed but its swap of cells {pair} is not, at its cost")
+
+
+def _leads(masks: tuple[int, ...], pairs: Sequence[Pair]) -> bool:
+    """Whether the masks of a prefix are the least of their orbit under the swaps of `pairs` (its whole orbit)."""
+    return min(tuple(m for _, m in p) for p in orbit(tuple((None, m) for m in masks), pairs)) == masks
 
 
 def _check_bracketed(tab: PipelineTables, one: PipelineTables, top: PipelineTables) -> None:
@@ -148,9 +224,26 @@ def _check_joint(space, j: np.ndarray, rows: Successors, pieces: int, max_steps:
     check_sum_table(space, j, values, rows, "joint")
 
 
+def _traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_left: int, max_steps: int,
+                  pieces: int) -> np.ndarray:
+    """A floor on a pipeline's period from traffic alone, per candidate (columns): the busiest level's traffic
+    `done` over the steps taken so far, plus at least `ahead` in at most `steps_left` more steps (levels x
+    candidates), on `pieces` pieces.
+
+    The windows starting at every `pieces`-th step cover a program, so one of
+    them carries at least its share: the whole program's traffic over the
+    ``ceil(max_steps / pieces)`` windows a program of up to `max_steps` steps
+    needs, the steps taken over the ``ceil(steps_done / pieces)`` windows that
+    cover them, the steps to come over ``ceil(steps_left / pieces)``.
+    """
+    whole = (done + ahead) / windows(max_steps, pieces)
+    floor = np.maximum(np.maximum(whole, done / windows(max(steps_done, 1), pieces)), ahead / windows(max(steps_left, 1), pieces))
+    return floor.max(axis=0, initial=0.0)
+
+
 def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, pieces: int,
                 expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
-                rows: Successors) -> None:
+                rows: Successors, pairs: Sequence[Pair] = ()) -> None:
     """The expanded tree of :func:`check_pipelined`, its tables already checked: depth by depth, every node's
     children at once (:class:`_Frontier`)."""
     space, K = costs.space, h.shape[0] - 1
@@ -183,7 +276,7 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, p
         child = node.children(rows, len(space.steps))
         r = K - d - 1
         carried = node.carried[:, child.parent] + child.load
-        floor_period = traffic_floor(carried, t[r][:, child.target], d + 1, r, K, pieces)
+        floor_period = _traffic_floor(carried, t[r][:, child.target], d + 1, r, K, pieces)
         g = node.g[child.parent] + child.w
         lower = np.maximum(np.maximum(g + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period),
                                       pieces * (carried + t[r][:, child.target]).max(axis=0, initial=0.0)),
@@ -196,10 +289,11 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, p
             raise CertificateError(f"expanded prefix {bad} takes a step that is not valid")
         inside = np.zeros(child.key.size, dtype=bool)
         inside[pos] = True
-        escaped = np.flatnonzero(~(lower >= floor) & ~inside)
-        if escaped.size:
-            q = node.nodes[int(child.parent[escaped[0]])]
-            raise CertificateError(f"after {q}, a step leaves the expanded tree with a bound below {threshold:.6g}")
+        for e in np.flatnonzero(~(lower >= floor) & ~inside).tolist():
+            q = node.nodes[int(child.parent[e])]
+            masks = tuple(space.steps[i].mask for i in q) + (space.steps[int(rows.step[child.row[e]])].mask,)
+            if not pairs or _leads(masks, pairs):
+                raise CertificateError(f"after {q}, a step leaves the expanded tree with a bound below {threshold:.6g}")
         node = node.advance(kids, pos, child, rows)
 
 

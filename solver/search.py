@@ -22,7 +22,6 @@ or borrowed from another placement (a test compares whole sweeps).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -40,9 +39,10 @@ from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semant
 from p2synth.solver import certificate, pipelined_certificate
 from p2synth.solver.cost import CostModel, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state
-from p2synth.solver.models import CostModelKind, CostSignature, cost_model, cost_signature
+from p2synth.solver.models import CostModelKind, CostSignature, InCellOrder, canonical_order, cost_model, cost_signature, reorder
 from p2synth.solver.pipelined import bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
 from p2synth.solver.stepcosts import edge_costs, split_costs
+from p2synth.solver.symmetry import Pair, class_pairs
 from p2synth.solver.topn import Candidates, cheapest_programs, tie_order
 
 # `--top all` refuses to list more programs than this per placement.
@@ -175,10 +175,13 @@ def solve(
         return Solution(placement, request, message_bytes, default, (default,), 1, True)
     pieces = tuple(sorted(set(pieces) | {1}))
     key = (signature, max_steps, top, proof, pieces)
-    if key not in memo.rankings:
-        memo.rankings[key] = _ranking(request, n_cells, max_steps, top, models, pieces, proof, deadline)
+    order = canonical_order(placement, request)
+    if key not in memo.rankings:  # searched with the cells in the signature's order, shared by every placement that has it
+        memo.rankings[key] = _ranking(request, n_cells, max_steps, top, lambda p: InCellOrder(models(p), order),
+                                      pieces, proof, deadline, class_pairs(signature.cells))
     ranking = memo.rankings[key]
-    programs = [(Program(to_program(raw, placement, request).steps, p), cost) for raw, p, cost in ranking.candidates]
+    programs = [(Program(to_program(reorder(raw, order), placement, request).steps, p), cost)
+                for raw, p, cost in ranking.candidates]
     chosen = tie_order(programs)
     chosen = chosen if top is None else chosen[:top]
     ranked = []
@@ -205,7 +208,8 @@ def _models(placement: Placement, request: Request, message_bytes: int, kind: Co
 
 def _rank(program: Program, placement: Placement, request: Request, models, signature: CostSignature,
           memo: Memo) -> Ranked:
-    """Check `program` concretely and cost it (times shared per signature); VerificationError if the check fails.
+    """Check `program` concretely and cost it with the placement's own cost model (times shared by the placements
+    with its signature and cell order); VerificationError if the check fails.
 
     A pipelined program is checked as one piece (its steps); its step times are
     each step's on one piece, its cost the pipeline's.
@@ -214,16 +218,17 @@ def _rank(program: Program, placement: Placement, request: Request, models, sign
     if not result.ok:
         raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
     cells = request.reduced_cells(placement)
-    key = (signature, to_raw(program, cells), program.pipeline)
+    key = (signature, canonical_order(placement, request), to_raw(program, cells), program.pipeline)
     if key not in memo.step_times:
-        memo.step_times[key] = raw_program_cost(models, request.collective, len(cells), key[1], program.pipeline)
+        memo.step_times[key] = raw_program_cost(models, request.collective, len(cells), key[2], program.pipeline)
     cost, steps = memo.step_times[key]
     return Ranked(program, cost, tuple(steps), verified=True)
 
 
 def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, models, pieces: tuple[int, ...],
-             proof: Proof, deadline: Deadline) -> Ranking:
-    """Search one cost signature (`models(P)`: the cost model of any placement that has it, at 1/P of the message)."""
+             proof: Proof, deadline: Deadline, pairs: tuple[Pair, ...] = ()) -> Ranking:
+    """Search one cost signature (`models(P)`: the cost model of any placement that has it, at 1/P of the message;
+    `pairs`: cells that may be interchangeable, ``solver.symmetry.class_pairs``)."""
     collective = request.collective
     count = count_programs(collective, n_cells, max_steps)
     try:
@@ -242,7 +247,7 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         for cost, raw in found:
             candidates.offer(raw, 1, cost)
         _pipelined_top(space, models, costs_of, loads, max_steps, [p for p in pieces if p > 1 and max_steps >= 2],
-                       candidates, deadline, sequential)
+                       candidates, deadline, sequential, pairs)
     except SolverTimeout:
         return Ranking((), count, False, True)
     kept = tuple(candidates.kept())
@@ -261,7 +266,7 @@ def _step_costs(space, models, deadline: Deadline):
 
     def costs_of(pieces: int):
         if pieces not in built:
-            same = split is not None and models(pieces) == dataclasses.replace(models(1), pieces=pieces)
+            same = split is not None and models(pieces) == models(1).with_pieces(pieces)
             built[pieces] = split.on_pieces(pieces) if same else edge_costs(space, models(pieces), deadline)
         return built[pieces]
 
@@ -282,12 +287,14 @@ def _sequential_top(costs, max_steps: int, top: int, deadline: Deadline):
 
 
 def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[int], candidates: Candidates,
-                   deadline: Deadline, sequential) -> None:
+                   deadline: Deadline, sequential, pairs: tuple[Pair, ...] = ()) -> None:
     """Offer `candidates` every program run on any of `pieces` pieces that could be among them (one branch and bound
     over all piece counts), with the certificate checked against the final bound.
 
     Step costs from `costs_of` (:func:`_step_costs`; the whole message's
-    traffic `loads` with them, or None to evaluate it). Exact tables at one
+    traffic `loads` with them, or None to evaluate it). Of the cell `pairs`
+    that may be interchangeable, those whose swap keeps every step cost and
+    traffic are searched one program per orbit (``solver.symmetry``). Exact tables at one
     piece (`sequential`: the sequential search's costs and cost-to-go,
     reused) and at the most pieces; the piece counts between get bracketed
     tables (``solver.pipelined.bracketed_tables``) where the cost model
@@ -304,11 +311,23 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
         costs = costs_of(p)
         tables.append(bracketed_tables(costs, p, one, top, whole) or pipeline_tables(costs, p, max_steps, deadline, whole))
     tables.append(top)
-    searched = cheapest_pipelined_all(tables, candidates, deadline)
+    pairs = tuple(p for p in pairs if _swaps_costs(space, tables, whole, p))
+    searched = cheapest_pipelined_all(tables, candidates, deadline, pairs)
     try:
-        pipelined_certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential)
+        pipelined_certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential,
+                                                  pairs=pairs)
     except certificate.CertificateError as e:
         raise VerificationError(f"the pipelined search's certificate does not hold: {e}") from None
+
+
+def _swaps_costs(space, tables, whole, pair: Pair) -> bool:
+    """Whether swapping the cells of `pair` keeps every step's cost on every piece count of `tables` and its traffic
+    (the certificate's own check decides, ``pipelined_certificate.check_symmetry``)."""
+    try:
+        pipelined_certificate.check_symmetry(space, [tab.rows for tab in tables], whole.rows, pair)
+    except certificate.CertificateError:
+        return False
+    return True
 
 
 def state_space_fits(collective, n_cells: int) -> bool:
