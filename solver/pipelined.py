@@ -120,8 +120,13 @@ class PipelineTables:
     rows: Successors
     h: np.ndarray
     t: np.ndarray
-    j: np.ndarray | None  # None on one piece, which the branch and bound never searches
+    j: np.ndarray | None = None  # None: no joint bound (one piece, or not built: with_joint)
     bracketed: bool = False
+
+    def with_joint(self, deadline: Deadline | None = None) -> PipelineTables:
+        """These tables with the joint table `j` built (:func:`joint_to_go`)."""
+        K = self.h.shape[0] - 1
+        return dataclasses.replace(self, j=joint_to_go(self.rows, self.costs.space, self.pieces, K, deadline))
 
 
 def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None = None,
@@ -130,8 +135,7 @@ def pipeline_tables(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Dea
     on `pieces` pieces if given, else the traffic `costs` carry; `h` when the caller has the cost-to-go already."""
     rows, t = _piece_traffic(costs, pieces, max_steps, deadline, whole)
     h = cost_to_go(costs, max_steps, deadline, rows) if h is None else h
-    j = joint_to_go(rows, costs.space, pieces, max_steps, deadline) if pieces > 1 else None
-    return PipelineTables(pieces, costs, rows, h, t, j)
+    return PipelineTables(pieces, costs, rows, h, t)
 
 
 def _piece_traffic(costs: EdgeCosts, pieces: int, max_steps: int, deadline: Deadline | None,
@@ -171,11 +175,16 @@ def bracketed_tables(costs: EdgeCosts, pieces: int, one: PipelineTables, top: Pi
     h = keep * (lam * one.h + (1 - lam) * top.h)
     K = h.shape[0] - 1
     rows, t = _piece_traffic(costs, pieces, K, None, whole)
-    return PipelineTables(pieces, costs, rows, h, t, joint_to_go(rows, costs.space, pieces, K), bracketed=True)
+    return PipelineTables(pieces, costs, rows, h, t, bracketed=True)
+
+
+class OverBudget(Exception):
+    """The branch and bound expanded more partial programs than it was allowed (``budget``)."""
 
 
 def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates, deadline: Deadline | None = None,
-                           pairs: tuple[Pair, ...] = ()) -> list[tuple[list[tuple[int, ...]], dict[RawProgram, float]]]:
+                           pairs: tuple[Pair, ...] = (), budget: int | None = None
+                           ) -> list[tuple[list[tuple[int, ...]], dict[RawProgram, float]]]:
     """Branch and bound over programs of two or more steps, on every piece count of `tables` at once; what it finds
     goes to `candidates`.
 
@@ -198,6 +207,8 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     final bound, the certificate
     ``solver.pipelined_certificate.check_pipelined_all`` checks; and the
     programs it found (whole orbits) with their costs on that many pieces.
+    Raises OverBudget once it has expanded more than `budget` partial programs
+    (what it offered `candidates` stays valid).
     """
     deadline = deadline or Deadline(None)
     tie = itertools.count()
@@ -207,7 +218,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         spread = 1.0 / windows(K, tab.pieces)
         start = float(max(tab.h[K][space.start] + (tab.pieces - 1) * (tab.t[K][:, space.start] * spread).max(initial=0.0),
                           tab.pieces * tab.t[K][:, space.start].max(initial=0.0),
-                          tab.j[K][:, space.start].max(initial=0.0)))
+                          0.0 if tab.j is None else tab.j[K][:, space.start].max(initial=0.0)))
         # a node: depth, state, sum of stages, period so far, traffic so far per level, last P-1 rows, steps, tied pairs
         root = (0, space.start, 0.0, 0.0, np.zeros(tab.rows.traffic.shape[0]), (), (), all_tied(pairs))
         heap.append((start, next(tie), k, root, None, 0))
@@ -230,6 +241,10 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
             node = kids.child(node, kids.order[pos], rows, pieces)
         depth, state, g, period, carried, recent, prog, tied = node
         expanded.append(prog)
+        if budget is not None:
+            budget -= 1
+            if budget < 0:
+                raise OverBudget(f"more than the allowed partial programs on {pieces} pieces")
         if depth >= 2 and space.goal[state]:
             cost = finished_cost(g, period, carried, pieces)
             for raw in orbit(tuple((space.steps[j].op, space.steps[j].mask) for j in prog), pairs):
@@ -249,9 +264,10 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         # the bounds of the docstring, with what depends on the state and steps left alone kept in rows_of
         period_floor = np.maximum(np.maximum(total * (1.0 / windows(K, pieces)), child_carried * (1.0 / windows(depth + 1, pieces))),
                                   rows_of.ahead).max(axis=0, initial=0.0)
-        lower = np.maximum(np.maximum(g + rows_of.wh + (pieces - 1) * np.maximum(child_period, period_floor),
-                                      pieces * total.max(axis=0, initial=0.0)),
-                           g + (period_share(K, pieces) * carried[:, None] + rows_of.joint).max(axis=0, initial=0.0))
+        lower = np.maximum(g + rows_of.wh + (pieces - 1) * np.maximum(child_period, period_floor),
+                           pieces * total.max(axis=0, initial=0.0))
+        if rows_of.joint is not None:
+            lower = np.maximum(lower, g + (period_share(K, pieces) * carried[:, None] + rows_of.joint).max(axis=0, initial=0.0))
         within = np.flatnonzero((lower <= candidates.bound()) & ((rows_of.breaks & tied) == 0))
         if within.size:
             order = within[np.argsort(lower[within], kind="stable")]
@@ -276,7 +292,7 @@ class _Near:
     wh: np.ndarray
     total: np.ndarray
     ahead: np.ndarray
-    joint: np.ndarray
+    joint: np.ndarray | None
     breaks: np.ndarray
     splits: np.ndarray
 
@@ -289,7 +305,8 @@ class _Near:
         t = tab.t[r][:, target]
         masks = np.fromiter((space.steps[j].mask for j in rows.step[lo:hi]), dtype=np.int64, count=hi - lo)
         return _Near(lo, w, target, load, w + tab.h[r][target], load + t, t * (1.0 / windows(max(r, 1), tab.pieces)),
-                     w + period_share(K, tab.pieces) * load + tab.j[r][:, target], *pair_bits(masks, pairs))
+                     None if tab.j is None else w + period_share(K, tab.pieces) * load + tab.j[r][:, target],
+                     *pair_bits(masks, pairs))
 
 
 @dataclass(frozen=True)

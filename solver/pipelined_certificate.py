@@ -97,7 +97,8 @@ def check_pipelined_all(whole: WholeTraffic, one: PipelineTables, tables: Sequen
         check_symmetry(space, [tab.rows for tab in tables], whole.rows, pair)
     for tab, (expanded, found) in zip(tables, searched):
         try:
-            _check_joint(space, tab.j, tab.rows, tab.pieces, K)
+            if tab.j is not None:
+                _check_joint(space, tab.j, tab.rows, tab.pieces, K)
             _check_closed(found, pairs)
             _check_tree(tab.costs, tab.h, tab.t, tab.j, tab.pieces, expanded, found, threshold, tab.rows, pairs)
         except CertificateError as e:
@@ -200,8 +201,9 @@ def check_pipelined(tab: PipelineTables, expanded: Sequence[tuple[int, ...]], fo
     * ``pieces`` times each level's traffic so far plus `t` (the level floor of
       ``solver.cost.pipelined_seconds``: a level carries every piece of every
       step);
-    * per level, the stages so far plus :func:`joint_share` times its traffic
-      so far, plus `j` (the stages and the periods bounded together).
+    * where the tables have `j`: per level, the stages so far plus
+      :func:`joint_share` times its traffic so far, plus `j` (the stages and
+      the periods bounded together).
 
     Every program inside the tree is either in `found` at its exact cost
     (recomputed here with ``solver.cost.pipelined_seconds``) or costs at least
@@ -212,7 +214,8 @@ def check_pipelined(tab: PipelineTables, expanded: Sequence[tuple[int, ...]], fo
     K = tab.h.shape[0] - 1
     check_sum_table(tab.costs.space, tab.t, tab.rows.traffic, tab.rows, "traffic")
     check_bellman(tab.costs, tab.h, tab.rows)
-    _check_joint(tab.costs.space, tab.j, tab.rows, tab.pieces, K)
+    if tab.j is not None:
+        _check_joint(tab.costs.space, tab.j, tab.rows, tab.pieces, K)
     _check_tree(tab.costs, tab.h, tab.t, tab.j, tab.pieces, expanded, found, threshold, tab.rows)
 
 
@@ -241,7 +244,7 @@ def _traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_l
     return floor.max(axis=0, initial=0.0)
 
 
-def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, pieces: int,
+def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray | None, pieces: int,
                 expanded: Sequence[tuple[int, ...]], found: dict[RawProgram, float], threshold: float,
                 rows: Successors, pairs: Sequence[Pair] = ()) -> None:
     """The expanded tree of :func:`check_pipelined`, its tables already checked: depth by depth, every node's
@@ -254,7 +257,8 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, p
         raise CertificateError("the expanded tree does not hold every prefix of its nodes")
     if not tree:  # nothing expanded: the bound of the empty program must already exceed the threshold
         root = max(h[K][space.start] + (pieces - 1) * float((t[K][:, space.start] * spread).max(initial=0.0)),
-                   pieces * float(t[K][:, space.start].max(initial=0.0)), float(j[K][:, space.start].max(initial=0.0)))
+                   pieces * float(t[K][:, space.start].max(initial=0.0)),
+                   0.0 if j is None else float(j[K][:, space.start].max(initial=0.0)))
         if not root >= floor:
             raise CertificateError(f"nothing was expanded, yet the empty program's bound {root:.6g} is below {threshold:.6g}")
         return
@@ -278,9 +282,10 @@ def _check_tree(costs: EdgeCosts, h: np.ndarray, t: np.ndarray, j: np.ndarray, p
         carried = node.carried[:, child.parent] + child.load
         floor_period = _traffic_floor(carried, t[r][:, child.target], d + 1, r, K, pieces)
         g = node.g[child.parent] + child.w
-        lower = np.maximum(np.maximum(g + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period),
-                                      pieces * (carried + t[r][:, child.target]).max(axis=0, initial=0.0)),
-                           (g + share * carried + j[r][:, child.target]).max(axis=0, initial=0.0))
+        lower = np.maximum(g + h[r][child.target] + (pieces - 1) * np.maximum(child.period, floor_period),
+                           pieces * (carried + t[r][:, child.target]).max(axis=0, initial=0.0))
+        if j is not None:
+            lower = np.maximum(lower, (g + share * carried + j[r][:, child.target]).max(axis=0, initial=0.0))
         index = {q: i for i, q in enumerate(node.nodes)}
         keys = np.array([index[q[:-1]] * len(space.steps) + q[-1] for q in kids], dtype=np.int64)
         pos = np.searchsorted(child.key, keys)

@@ -40,13 +40,18 @@ from p2synth.solver import certificate, pipelined_certificate
 from p2synth.solver.cost import CostModel, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state
 from p2synth.solver.models import CostModelKind, CostSignature, InCellOrder, canonical_order, cost_model, cost_signature, reorder
-from p2synth.solver.pipelined import bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
+from p2synth.solver.pipelined import OverBudget, bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
 from p2synth.solver.stepcosts import edge_costs, split_costs
 from p2synth.solver.symmetry import Pair, class_pairs
 from p2synth.solver.topn import Candidates, cheapest_programs, tie_order
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000
+# A pipelined branch and bound that expands more partial programs than the state space has rows over this, or than
+# EASY_SEARCH_MIN, starts again with the joint tables and the symmetric cells folded: building and checking those
+# takes time in proportion to the rows, more than a small search takes (docs/model.md).
+EASY_SEARCH_ROWS = 1000
+EASY_SEARCH_MIN = 100
 # The explicit search holds every abstract state as arrays; beyond this many (radix ** cells) Z3 searches alone.
 EXPLICIT_MAX_STATES = 4 ** 9
 
@@ -292,9 +297,13 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
     over all piece counts), with the certificate checked against the final bound.
 
     Step costs from `costs_of` (:func:`_step_costs`; the whole message's
-    traffic `loads` with them, or None to evaluate it). Of the cell `pairs`
-    that may be interchangeable, those whose swap keeps every step cost and
-    traffic are searched one program per orbit (``solver.symmetry``). Exact tables at one
+    traffic `loads` with them, or None to evaluate it). A search that expands
+    more partial programs than EASY_SEARCH_MIN and than one per
+    EASY_SEARCH_ROWS rows of the state space starts again with what pays off
+    only on hard ones: the joint table of every piece count
+    (``PipelineTables.with_joint``), and, of the cell `pairs` that may be
+    interchangeable, those whose swap keeps every step cost and traffic
+    searched one program per orbit (``solver.symmetry``). Exact tables at one
     piece (`sequential`: the sequential search's costs and cost-to-go,
     reused) and at the most pieces; the piece counts between get bracketed
     tables (``solver.pipelined.bracketed_tables``) where the cost model
@@ -311,8 +320,14 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
         costs = costs_of(p)
         tables.append(bracketed_tables(costs, p, one, top, whole) or pipeline_tables(costs, p, max_steps, deadline, whole))
     tables.append(top)
-    pairs = tuple(p for p in pairs if _swaps_costs(space, tables, whole, p))
-    searched = cheapest_pipelined_all(tables, candidates, deadline, pairs)
+    try:
+        easy = max(EASY_SEARCH_MIN, top.rows.weight.size // EASY_SEARCH_ROWS)
+        searched = cheapest_pipelined_all(tables, candidates, deadline, budget=easy)
+        pairs = ()
+    except OverBudget:  # a hard one: the joint bound and one program per orbit, from the start
+        tables = [tab.with_joint(deadline) for tab in tables]
+        pairs = tuple(p for p in pairs if _swaps_costs(space, tables, whole, p))
+        searched = cheapest_pipelined_all(tables, candidates, deadline, pairs)
     try:
         pipelined_certificate.check_pipelined_all(whole, one, tables, searched, candidates.nth(), checked=sequential,
                                                   pairs=pairs)

@@ -127,7 +127,7 @@ def test_the_explicit_choice_of_program_and_pieces_is_z3s(case, pieces):
 def _pipelined_search(pieces=4, top=5):
     space = state_space(AR, 2)
     model = cost_model(P8, REQ, 64 << 20, pieces=pieces)
-    tab = pipeline_tables(edge_costs(space, model, with_traffic=True), pieces, 4)
+    tab = pipeline_tables(edge_costs(space, model, with_traffic=True), pieces, 4).with_joint()
     cands = Candidates(top)
     ((expanded, found),) = cheapest_pipelined_all([tab], cands)
     return tab, expanded, found, cands.nth()

@@ -70,10 +70,12 @@ def symmetric_placements(draw):
 @given(symmetric_placements(), st.sampled_from([(1, 2, 4), (1, 4, 8)]), st.sampled_from([3, 4]),
        st.sampled_from([1 << 20, 1 << 30]))
 def test_the_folded_search_lists_what_the_unfolded_one_does(placement, pieces, steps, size):
-    """One program per orbit, each listed with its orbit: the same programs, costs, piece counts and proof as the
-    search that expands every program (pairs switched off)."""
+    """One program per orbit, each listed with its orbit, and the joint tables (every search treated as a hard one):
+    the same programs, costs, piece counts and proof as the search that expands every program without them (pairs
+    switched off, small searches kept easy)."""
     request = Request(frozenset(range(len(placement.axes))))
-    folded = search.solve(placement, request, size, steps, top=6, pieces=pieces)
+    with mock.patch.object(search, "EASY_SEARCH_MIN", 0), mock.patch.object(search, "EASY_SEARCH_ROWS", 1 << 40):
+        folded = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     with mock.patch.object(search, "class_pairs", lambda cells: ()):
         plain = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     assert folded == plain and folded.optimal
@@ -90,7 +92,7 @@ def _folded_search(pieces=4):
     space = state_space(AR, 4)
     model = lambda k: InCellOrder(cost_model(p, req, 1 << 30, pieces=k), order)
     whole = whole_traffic(space, model(1), 4)
-    tab = pipeline_tables(edge_costs(space, model(pieces)), pieces, 4, None, whole)
+    tab = pipeline_tables(edge_costs(space, model(pieces)), pieces, 4, None, whole).with_joint()
     one = pipeline_tables(edge_costs(space, model(1)), 1, 4, None, whole)
     cands = Candidates(5)
     searched = cheapest_pipelined_all([tab], cands, None, pairs)
