@@ -30,7 +30,7 @@ from p2synth.solver.planner import SweepResult
 from p2synth.solver.report import render_single, render_workload
 from p2synth.solver.result import is_complete, result_json
 from p2synth.solver.search import LIST_ALL_LIMIT, Proof, VerificationError
-from p2synth.solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, sweep, under_mpi
+from p2synth.solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, quiet_one_host_windows, sweep, under_mpi
 from p2synth.solver.timeline import draw
 from p2synth.solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _world():
+    quiet_one_host_windows()  # before MPI starts
     from mpi4py import MPI  # only under mpirun: importing it initialises MPI
 
     return MPI.COMM_WORLD
@@ -163,7 +164,8 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
     try:
         result = run_sweep(problem, args, deadline, None if args.quiet else err, comm)
     except (VerificationError, RankFailed) as e:
-        err.print(f"internal error: {e}", markup=False)
+        # any rank may fail in an MPI sweep: this one prints, though `err` is quiet on ranks other than 0
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"internal error: {e}", markup=False)
         if comm is not None:
             comm.Abort(EXIT_INTERNAL)
         return EXIT_INTERNAL

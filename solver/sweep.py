@@ -6,10 +6,13 @@ form a *group*: one search and one proof serve the whole group (a
 
 * one process (``jobs=1``), in placement order;
 * ``jobs > 1`` worker processes on this machine (``concurrent.futures``);
-* the ranks of an MPI job (``mpirun -n R python -m solver.run ...``), through
-  ``mpi4py.futures.MPICommExecutor``: rank 0 hands each group, the largest
-  first, to the next idle rank of 1..R-1, shows the progress and writes the
-  result (rank 0 solves nothing itself, so ``-n 2`` has one solving rank).
+* the ranks of an MPI job (``mpirun -n R python -m solver.run ...``): every
+  rank, rank 0 included, takes the next group of one list ordered by
+  :func:`work` (the largest first) from a counter in an MPI window on rank 0
+  (``mpi4py.util.sync.Counter``: an atomic fetch-and-add), so each rank takes
+  a new group whenever it finishes one; rank 0 then gathers the ranks'
+  results, shows the progress and writes the result (``-n 2`` has two
+  solving ranks).
 
 Whichever way, each placement's result is what a fresh solve of it gives, so
 the result JSON is the same byte for byte (tests compare them).
@@ -17,12 +20,17 @@ the result JSON is the same byte for byte (tests compare them).
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+
+import z3
 
 from p2synth.hierarchies.program import Collective
 from p2synth.hierarchies.statespace import statuses
@@ -159,50 +167,132 @@ def under_mpi() -> bool:
     return False
 
 
-def mpi_sweep(comm, task: SweepTask, deadline: Deadline, progress: Progress | None = None) -> SweepResult | None:
-    """The sweep over the ranks of `comm` (``mpi4py.futures``): rank 0 returns the whole result, the others None.
+def quiet_one_host_windows() -> None:
+    """Before MPI starts: leave Open MPI's UCX one-sided component out when every rank runs on this host.
 
-    Rank 0 hands out the groups, the largest work first, each to the next idle
-    rank, and shows the progress; ranks 1.. solve them, each with its own copy
-    of the task and its own `deadline` (every rank loaded the same problem).
-    A group that raises makes rank 0 raise :class:`RankFailed` naming the rank
-    and the error, and the caller ends the job (``Abort``). That is why this is
-    not a plain ``with MPICommExecutor(...)`` block: leaving one runs
-    ``shutdown(wait=True)``, which waits for every group still running on the
-    other ranks (under ``-n 3``, a 10-cell group kept a failed job alive for
-    minutes; tests/test_sweep.py checks that the job now ends at once).
+    The MPI sweep's counters are MPI windows. On one host Open MPI 5 serves them
+    with its shared-memory component (osc/sm) anyway, but first asks osc/ucx,
+    which, finding no UCX transport for one-sided calls (the PyPI wheel on a
+    laptop or CI), prints a bogus ``Error: OSC UCX component priority set inside
+    component query failed`` on every rank for every window (open-mpi/ompi#12517).
+    ``OMPI_MCA_osc`` set by the user is kept; several hosts, or another MPI, are
+    left alone. Call it before ``from mpi4py import MPI`` (which starts MPI).
     """
-    from mpi4py.futures import MPICommExecutor
-
-    global _TASK, _DEADLINE
-    _TASK, _DEADLINE = task, deadline
-    pool = MPICommExecutor(comm, root=0)
-    executor = pool.__enter__()  # ranks 1..: serve groups until rank 0 shuts the executor down, then None
-    if executor is None:
-        pool.__exit__(None, None, None)
-        return None
-    _injected_failure(0)
-    results = _collect(executor, _solve_on_rank, task.problem, groups(task.problem), progress)
-    pool.__exit__(None, None, None)
-    return assemble(task.problem, results)
+    size, local = os.environ.get("OMPI_COMM_WORLD_SIZE"), os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    if size and size == local and "OMPI_MCA_osc" not in os.environ:
+        os.environ["OMPI_MCA_osc"] = "^ucx"
 
 
-def _solve_on_rank(group: list[int]) -> dict[int, PlacementResult | None]:
-    """One group on an MPI rank; any error comes back to rank 0 as :class:`RankFailed` naming this rank."""
-    from mpi4py import MPI
+def mpi_sweep(comm, task: SweepTask, deadline: Deadline, progress: Progress | None = None) -> SweepResult | None:
+    """The sweep over the ranks of `comm`, every rank solving: rank 0 returns the whole result, the others None.
 
-    rank = MPI.COMM_WORLD.Get_rank()
+    Every rank (each loaded the same problem, so each orders the same groups
+    the same way, the largest :func:`work` first) takes the index of its next
+    group from a shared counter on rank 0, an atomic fetch-and-add in an MPI
+    window (``mpi4py.util.sync.Counter``), until the list is used up; each
+    solves its groups with its own copy of the task and its own `deadline`.
+    A second counter adds up the placements finished on all ranks; rank 0
+    reads it while it solves and while it waits for the other ranks, and
+    calls `progress` with what was added since the last call. Rank 0 then
+    gathers every rank's results (``comm.gather``) and assembles them.
+
+    A group that raises, on any rank, makes that rank raise
+    :class:`RankFailed` naming the rank and the error; the caller prints it
+    and ends the job at once (``Abort``), without waiting for the groups still
+    running on the other ranks (tests/test_sweep.py checks both). Each group
+    runs in a helper thread and Z3's own Ctrl-C handling is off, so a Ctrl-C
+    reaches the main thread at once as KeyboardInterrupt (the caller aborts
+    the job) rather than cancelling only the Z3 call under way.
+    """
+    from mpi4py.util.sync import Counter
+
+    problem = task.problem
+    order = sorted(groups(problem), key=lambda g: -work(problem, g))  # stable: the same list on every rank
+    rank = comm.Get_rank()
+    taken = Counter(0, typecode="q", comm=comm, root=0)  # the index into `order` of the next group to take
+    finished = Counter(0, typecode="q", comm=comm, root=0)  # placements finished, all ranks together
+    results: dict[int, PlacementResult | None] = {}
+    mine: list[int] = []  # indices into `order` of the groups this rank solved
+    shown = 0  # placements rank 0 has passed to `progress`
+    ctrl_c = z3.get_param("ctrl_c")
+    z3.set_param("ctrl_c", False)
     try:
         _injected_failure(rank)
-        return _solve_in_worker(group)
-    except Exception as e:  # noqa: BLE001 - everything a group can fail with goes to rank 0, as one line
-        raise RankFailed(f"rank {rank}: {type(e).__name__}: {e}") from None
+        while (k := next(taken)) < len(order):
+            answers: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_solve_into, args=(answers, task, order[k], deadline), daemon=True,
+                             name=f"p2synth group {k}").start()
+            while True:
+                try:
+                    answer = answers.get(timeout=_POLL_S)  # a Ctrl-C interrupts this wait
+                    break
+                except queue.Empty:
+                    if rank == 0:
+                        shown = _advance(progress, shown, finished.next(0))
+            if isinstance(answer, BaseException):
+                raise answer
+            results.update(answer)
+            mine.append(k)
+            done = finished.next(len(order[k])) + len(order[k])
+            if rank == 0:
+                shown = _advance(progress, shown, done)
+    except Exception as e:  # noqa: BLE001 - everything a group can fail with ends the job, as one line
+        raise RankFailed(f"rank {rank}: {type(e).__name__}: {e}") from e
+    finally:
+        z3.set_param("ctrl_c", ctrl_c)
+    # every rank waits here for the last group, asleep rather than spinning in a blocking MPI call (Open MPI
+    # busy-polls there, taking a core from the ranks still solving); rank 0's bar moves on and a Ctrl-C is handled
+    while (done := finished.next(0)) < len(problem.matrices):
+        if rank == 0:
+            shown = _advance(progress, shown, done)
+        time.sleep(_POLL_S)
+    if rank == 0:
+        _advance(progress, shown, done)
+    parts = comm.gather((mine, results), root=0)
+    taken.free()
+    finished.free()
+    if parts is None:
+        return None
+    for _, part in parts:
+        results.update(part)
+    _record_shares(order, [solved for solved, _ in parts])
+    return assemble(problem, results)
+
+
+def _solve_into(answers: queue.SimpleQueue, task: SweepTask, group: list[int], deadline: Deadline) -> None:
+    """Put into `answers` the results of one group, or the exception it raised (in a helper thread)."""
+    try:
+        answers.put(solve_groups(task, [group], deadline))
+    except BaseException as e:  # noqa: BLE001 - the waiting thread raises it
+        answers.put(e)
+
+
+_POLL_S = 0.05  # seconds between two readings of the finished counter by rank 0
+
+
+def _advance(progress: Progress | None, shown: int, done: int) -> int:
+    """Pass the placements finished since `shown` to `progress`; the new count shown."""
+    if progress and done > shown:
+        progress(done - shown)
+    return max(shown, done)
+
+
+SHARES = "P2SYNTH_SWEEP_SHARES"  # test hook: rank 0 writes to this file, as JSON, the placements each rank solved
+
+
+def _record_shares(order: list[list[int]], solved: list[list[int]]) -> None:
+    """Under the :data:`SHARES` hook, write ``[[placement index, ...] for each rank]`` (rank 0 first)."""
+    path = os.environ.get(SHARES)
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump([sorted(i for k in ks for i in order[k]) for ks in solved], f)
 
 
 FAIL_ON_RANK = "P2SYNTH_FAIL_ON_RANK"  # test hook: the rank with this number raises before it solves anything
 
 
 def _injected_failure(rank: int) -> None:
+    """Under the :data:`FAIL_ON_RANK` hook, raise RuntimeError on the rank it names."""
     if os.environ.get(FAIL_ON_RANK) == str(rank):
         raise RuntimeError(f"failure injected by {FAIL_ON_RANK}={rank}")
 
