@@ -22,7 +22,8 @@
    cells (at most ``--sample`` of them) of each placement's median time and of its ratio.
 
 Every sweep's JSON must be complete and every placement proved; the four ways of
-running the first sweep must write the same JSON byte for byte. Otherwise exit 1.
+running the first sweep must write the same JSON byte for byte. Otherwise exit 1. Before a merge, run the
+regression guard instead (``python -m scripts.bench_guard``: two sweeps' time against a committed baseline).
 
     python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10]
         [--placement-repeats 3] [--skip-small] [--skip-sweeps]
@@ -188,9 +189,12 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def run_cli(args: list[str], timeout: float, mpi_ranks: int = 0) -> tuple[float, int, int]:
-    """(wall seconds, exit status, peak RSS in MiB of the largest process) of one solver run."""
-    cmd = [sys.executable, "-m", "solver.run", *args]
+def run_python(args: list[str], timeout: float, mpi_ranks: int = 0, label: str | None = None) -> tuple[float, int, int]:
+    """(wall seconds, exit status, peak RSS in MiB of the largest process) of one ``python ARGS`` run in the repository
+    (under ``mpiexec -n mpi_ranks`` when given), this interpreter, stdout discarded; exit 1 (:func:`fail`, naming
+    `label`, by default the arguments) unless it exits 0 or 4 (solver.run's time budget) within `timeout` + 60 s."""
+    cmd = [sys.executable, *args]
+    label = label or " ".join(args)
     env = dict(os.environ)
     if mpi_ranks:
         cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "-n", str(mpi_ranks), *cmd]
@@ -209,12 +213,29 @@ def run_cli(args: list[str], timeout: float, mpi_ranks: int = 0) -> tuple[float,
     sampler.start()
     try:
         _, err = proc.communicate(timeout=timeout + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        fail(f"{label} still ran after {timeout + 60:.0f} s: killed")
     finally:
         stop.set()
         sampler.join()
     if proc.returncode not in (0, 4):
-        fail(f"solver.run {' '.join(args)} exited {proc.returncode}: {err.strip()[-500:]}")
+        fail(f"{label} exited {proc.returncode}: {err.strip()[-500:]}")
     return time.perf_counter() - t, proc.returncode, peak[0] // 1024
+
+
+def run_cli(args: list[str], timeout: float, mpi_ranks: int = 0) -> tuple[float, int, int]:
+    """:func:`run_python` of ``python -m solver.run ARGS``."""
+    return run_python(["-m", "solver.run", *args], timeout, mpi_ranks, label=f"solver.run {' '.join(args)}")
+
+
+def proved_result(label: str, out: Path) -> dict:
+    """The result JSON a sweep wrote to `out`; exit 1 (:func:`fail`) unless it is complete and every placement proved."""
+    doc = json.loads(out.read_text())
+    if not (doc["complete"] and all(p["optimal"] for p in doc["placements"])):
+        fail(f"{label}: not every placement proved")
+    return doc
 
 
 def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Path) -> list[tuple]:
@@ -233,10 +254,8 @@ def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Pa
                                         "--timeout", str(limit), *flags], limit, mpi)
             walls.append(wall)
             peaks.append(peak)
-        doc = json.loads(out.read_text())
+        doc = proved_result(label, out) if code == 0 else json.loads(out.read_text())
         reached = len(doc["placements"])
-        if code == 0 and not (doc["complete"] and all(p["optimal"] for p in doc["placements"])):
-            fail(f"{label}: exit 0 but not every placement proved")
         wall = statistics.median(walls)
         shown = f"{wall:.1f} s" if code == 0 else f"> {limit:.0f} s (cut; {reached} of {doc['placement_count']} placements)"
         rows.append((label, doc["placement_count"], shown, target, max(peaks)))
