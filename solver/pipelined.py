@@ -67,6 +67,14 @@ def joint_to_go(rows: Successors, space: StateSpace, pieces: int, max_steps: int
     return sum_to_go(space, joint_values(rows, pieces, max_steps), rows, max_steps, deadline)
 
 
+def _traffic_and_scale(rows: Successors) -> tuple[np.ndarray, float]:
+    """The rows' traffic as an array (levels x rows) and the factor that puts it on one piece: a
+    :class:`~solver.costtogo.PieceTraffic`'s whole buffer and one over its piece count (read without dividing every
+    row), else the rows' own and 1."""
+    traffic = rows.traffic
+    return (traffic.whole, 1.0 / traffic.pieces) if isinstance(traffic, PieceTraffic) else (traffic, 1.0)
+
+
 def finished_cost(g: float, period: float, carried: np.ndarray, pieces: int) -> float:
     """A whole program's cost on `pieces` pieces from what the search carries: its sum of stages `g`, its period, and
     its traffic per level on one piece (`carried`); ``solver.cost.pipelined_seconds`` bit for bit (the level floor
@@ -224,12 +232,14 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         heap.append((start, next(tie), k, root, None, 0))
         out.append(([], {}))
     heapq.heapify(heap)
+    traffic = [_traffic_and_scale(tab.rows) for tab in tables]
     near: dict[tuple[int, int, int], _Near] = {}  # (table, state, steps left after the step) -> what its rows need
     while heap:
         # an entry is a node, or (kids) the `pos`-th cheapest of a node's children: the queue holds one child per
         # expanded node at a time, its next sibling entering when it leaves
         bound_now, _, k, node, kids, pos = heapq.heappop(heap)
-        if bound_now > candidates.bound() or not math.isfinite(bound_now):
+        limit = candidates.bound()
+        if bound_now > limit or not math.isfinite(bound_now):
             break
         if deadline.expired():
             raise SolverTimeout("explicit search")
@@ -250,6 +260,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
             for raw in orbit(tuple((space.steps[j].op, space.steps[j].mask) for j in prog), pairs):
                 found[raw] = cost
                 candidates.offer(raw, pieces, cost)
+            limit = candidates.bound()
         if depth == K:
             continue
         r = K - depth - 1
@@ -257,24 +268,29 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
         if rows_of is None:
             rows_of = near[k, state, r] = _Near.of(tab, state, r, pairs)
         lo, w, target, load = rows_of.lo, rows_of.w, rows_of.target, rows_of.load
-        window = rows.traffic[:, list(recent)].sum(axis=1) if recent else np.zeros(load.shape[0])
-        child_period = np.maximum(np.maximum(period, w), (window[:, None] + load).max(axis=0, initial=0.0))
+        # (levels x rows arrays, never empty: np.maximum.reduce is ndarray.max without its Python wrapper)
+        window = traffic[k][0][:, list(recent)].sum(axis=1) * traffic[k][1] if recent else np.zeros(load.shape[0])
+        child_period = np.maximum(np.maximum(period, w), _top(window[:, None] + load))
         child_carried = carried[:, None] + load
         total = carried[:, None] + rows_of.total  # each level's traffic so far, the step's, and the least to come
         # the bounds of the docstring, with what depends on the state and steps left alone kept in rows_of
-        period_floor = np.maximum(np.maximum(total * (1.0 / windows(K, pieces)), child_carried * (1.0 / windows(depth + 1, pieces))),
-                                  rows_of.ahead).max(axis=0, initial=0.0)
-        lower = np.maximum(g + rows_of.wh + (pieces - 1) * np.maximum(child_period, period_floor),
-                           pieces * total.max(axis=0, initial=0.0))
+        period_floor = _top(np.maximum(np.maximum(total * (1.0 / windows(K, pieces)),
+                                                  child_carried * (1.0 / windows(depth + 1, pieces))), rows_of.ahead))
+        lower = np.maximum(g + rows_of.wh + (pieces - 1) * np.maximum(child_period, period_floor), pieces * _top(total))
         if rows_of.joint is not None:
-            lower = np.maximum(lower, g + (period_share(K, pieces) * carried[:, None] + rows_of.joint).max(axis=0, initial=0.0))
-        within = np.flatnonzero((lower <= candidates.bound()) & ((rows_of.breaks & tied) == 0))
+            lower = np.maximum(lower, g + _top(period_share(K, pieces) * carried[:, None] + rows_of.joint))
+        within = ((lower <= limit) & ((rows_of.breaks & tied) == 0)).nonzero()[0]
         if within.size:
             order = within[np.argsort(lower[within], kind="stable")]
             children = _SortedChildren(order.tolist(), lower[order].tolist(), lo, w, target, child_period, child_carried,
                                        rows_of.splits)
             heapq.heappush(heap, (children.bounds[0], next(tie), k, node, children, 0))
     return out
+
+
+def _top(levels_by_rows: np.ndarray) -> np.ndarray:
+    """Per row (column), the largest over the levels."""
+    return np.maximum.reduce(levels_by_rows, axis=0)
 
 
 @dataclass(frozen=True)

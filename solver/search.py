@@ -47,11 +47,12 @@ from p2synth.solver.topn import Candidates, cheapest_programs, tie_order
 
 # `--top all` refuses to list more programs than this per placement.
 LIST_ALL_LIMIT = 20_000
-# A pipelined branch and bound that expands more partial programs than the state space has rows over this, or than
-# EASY_SEARCH_MIN, starts again with the joint tables and the symmetric cells folded: building and checking those
-# takes time in proportion to the rows, more than a small search takes (docs/model.md).
+# Building and checking the joint tables and the cell swaps takes time in proportion to the state space's rows. Up
+# to HARD_FIRST_ROWS rows (7 cells of an all_reduce: 308,705) that is little, and the pipelined branch and bound
+# has both from the start; above, it first runs without them, and once it has expanded more partial programs than
+# one per EASY_SEARCH_ROWS rows it starts again with both (docs/model.md).
+HARD_FIRST_ROWS = 1_000_000
 EASY_SEARCH_ROWS = 1000
-EASY_SEARCH_MIN = 100
 # The explicit search holds every abstract state as arrays; beyond this many (radix ** cells) Z3 searches alone.
 EXPLICIT_MAX_STATES = 4 ** 9
 
@@ -297,10 +298,11 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
     over all piece counts), with the certificate checked against the final bound.
 
     Step costs from `costs_of` (:func:`_step_costs`; the whole message's
-    traffic `loads` with them, or None to evaluate it). A search that expands
-    more partial programs than EASY_SEARCH_MIN and than one per
-    EASY_SEARCH_ROWS rows of the state space starts again with what pays off
-    only on hard ones: the joint table of every piece count
+    traffic `loads` with them, or None to evaluate it). Over a state space of
+    more than HARD_FIRST_ROWS rows, a search that expands more partial
+    programs than one per EASY_SEARCH_ROWS rows starts again with what pays
+    off only on hard ones (smaller spaces have it from the start): the joint
+    table of every piece count
     (``PipelineTables.with_joint``), and, of the cell `pairs` that may be
     interchangeable, those whose swap keeps every step cost and traffic
     searched one program per orbit (``solver.symmetry``). Exact tables at one
@@ -320,9 +322,11 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
         costs = costs_of(p)
         tables.append(bracketed_tables(costs, p, one, top, whole) or pipeline_tables(costs, p, max_steps, deadline, whole))
     tables.append(top)
+    rows = top.rows.weight.size
     try:
-        easy = max(EASY_SEARCH_MIN, top.rows.weight.size // EASY_SEARCH_ROWS)
-        searched = cheapest_pipelined_all(tables, candidates, deadline, budget=easy)
+        if rows <= HARD_FIRST_ROWS:
+            raise OverBudget("small enough to search with every table")
+        searched = cheapest_pipelined_all(tables, candidates, deadline, budget=rows // EASY_SEARCH_ROWS)
         pairs = ()
     except OverBudget:  # a hard one: the joint bound and one program per orbit, from the start
         tables = [tab.with_joint(deadline) for tab in tables]

@@ -70,13 +70,14 @@ def symmetric_placements(draw):
 @given(symmetric_placements(), st.sampled_from([(1, 2, 4), (1, 4, 8)]), st.sampled_from([3, 4]),
        st.sampled_from([1 << 20, 1 << 30]))
 def test_the_folded_search_lists_what_the_unfolded_one_does(placement, pieces, steps, size):
-    """One program per orbit, each listed with its orbit, and the joint tables (every search treated as a hard one):
-    the same programs, costs, piece counts and proof as the search that expands every program without them (pairs
-    switched off, small searches kept easy)."""
+    """One program per orbit, each listed with its orbit, and the joint tables (every search treated as a hard one, as
+    small ones are): the same programs, costs, piece counts and proof as the search that expands every program
+    without them (pairs switched off, every search run first without the joint tables)."""
     request = Request(frozenset(range(len(placement.axes))))
-    with mock.patch.object(search, "EASY_SEARCH_MIN", 0), mock.patch.object(search, "EASY_SEARCH_ROWS", 1 << 40):
+    with mock.patch.object(search, "HARD_FIRST_ROWS", 1 << 40):
         folded = search.solve(placement, request, size, steps, top=6, pieces=pieces)
-    with mock.patch.object(search, "class_pairs", lambda cells: ()):
+    with mock.patch.object(search, "class_pairs", lambda cells: ()), mock.patch.object(search, "HARD_FIRST_ROWS", 0), \
+            mock.patch.object(search, "EASY_SEARCH_ROWS", 1):
         plain = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     assert folded == plain and folded.optimal
 
