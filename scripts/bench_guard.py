@@ -50,12 +50,12 @@ from rich.console import Console
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
 from scripts import tables
-from scripts.bench_synthesis import POD, ROOT, fail, proved_result, run_cli, run_python, spec
+from scripts.bench_synthesis import DPTP_NO_FIGURES, ROOT, fail, proved_result, run_cli, run_python, spec
 
 BASELINE = Path(__file__).with_name("bench_guard_baseline.json")
 SWEEPS = {  # name (in the table, the baseline and the failure lines) -> spec
     "dp": spec(["dp"]),
-    "dp+tp, no link figures": spec(["dp", "tp"], levels=[{"name": level["name"], "count": level["count"]} for level in POD]),
+    "dp+tp, no link figures": DPTP_NO_FIGURES,
 }
 SWEEP_FLAGS = ["--jobs", "1", "--top", "10", "--quiet"]
 REFERENCE_SIZE = (17, 120)  # reference_work's (cells, rounds): about 2 s on one core

@@ -20,13 +20,16 @@
    ``pipeline``, as the sweeps), in this process, beside the same search with sequential programs only,
    alternating, ``--placement-repeats`` times each: median and max over the placements with that many
    cells (at most ``--sample`` of them) of each placement's median time and of its ratio.
+4. **Issue 30's sweep**: the dp+tp all-reduce without link figures (``DPTP_NO_FIGURES``), serially, with
+   ``--jobs 2`` and under ``mpirun -n 2`` (part of 2.); and **one placement of 8, 9 and 10 cells**
+   (``scripts/synthesis_cells/``, 8 to 10 cells), serial, each cut at ``--cells-limit`` s, with its peak memory.
 
 Every sweep's JSON must be complete and every placement proved; the four ways of
-running the first sweep must write the same JSON byte for byte. Otherwise exit 1. Before a merge, run the
+running the first sweep, and the three of issue 30's, must write the same JSON byte for byte. Otherwise exit 1. Before a merge, run the
 regression guard instead (``python -m scripts.bench_guard``: two sweeps' time against a committed baseline).
 
     python -m scripts.bench_synthesis [--repeats 3] [--brute-limit 60] [--no-reuse-limit 300] [--sample 10]
-        [--placement-repeats 3] [--skip-small] [--skip-sweeps]
+        [--placement-repeats 3] [--skip-small] [--skip-sweeps] [--cells-limit 300] [--skip-cells]
 """
 
 from __future__ import annotations
@@ -73,6 +76,15 @@ def spec(axes: list[str], levels=POD, job_axes=AXES_3D, steps: int = 6) -> dict:
     return {"hierarchy": {"name": "pods", "levels": levels}, "axes": job_axes,
             "request": {"axes": axes, "collective": "all_reduce"}, "message_bytes": 1 << 30, "max_steps": steps}
 
+
+# The sweep of issue 30: the dp+tp all-reduce on the POD levels without link figures (the defaults), the form that
+# became 6-16x slower unnoticed (docs/measurements/synthesis.md).
+DPTP_NO_FIGURES = spec(["dp", "tp"], levels=[{"name": level["name"], "count": level["count"]} for level in POD])
+# One placement each of 8, 9 and 10 reduced cells on a 5-level hierarchy (pod, rack, node, socket, gpu), dp and tp
+# spread over several levels, with issue 30's target. The 12-cell spec beside them (dp, tp and cp) is not run: its
+# reduction group is all 4,096 devices, whose concrete check would need 16 GiB (docs/measurements/synthesis.md).
+CELLS = {8: "", 9: "", 10: "< 60 s"}
+CELLS_DIR = Path(__file__).resolve().parent / "synthesis_cells"
 
 BIG_65K = spec(["data"], levels=[dict(POD[0], count=16), dict(POD[1], count=16), dict(POD[2], count=32), POD[3]],
                job_axes=[{"name": "data", "size": 2048}, {"name": "pipe", "size": 4}, {"name": "tensor", "size": 8}])
@@ -241,7 +253,7 @@ def proved_result(label: str, out: Path) -> dict:
 def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Path) -> list[tuple]:
     """The sweep rows: (what, placements, wall, target, peak MiB)."""
     rows = []
-    specs = {"dp": spec(["dp"]), "dp+tp": spec(["dp", "tp"]), "65k": BIG_65K,
+    specs = {"dp": spec(["dp"]), "dp+tp": spec(["dp", "tp"]), "dp+tp-nofig": DPTP_NO_FIGURES, "65k": BIG_65K,
              "dp-seq": dict(spec(["dp"]), pipeline=[1]), "dp+tp-seq": dict(spec(["dp", "tp"]), pipeline=[1])}
     for name, s in specs.items():
         (folder / f"{name}.json").write_text(json.dumps(s))
@@ -272,8 +284,30 @@ def sweep_rows(console: Console, repeats: int, no_reuse_limit: float, folder: Pa
         fail("the dp sweep wrote different JSON serially, with reuse, with --jobs 2 and under mpirun -n 2")
     runs("dp sweep, serial, reuse, sequential only", "dp-seq", ["--jobs", "1"], repeats, "")
     runs("dp+tp sweep (up to 7 cells), --jobs 2", "dp+tp", ["--jobs", "2"], 1, "< 5 min")
+    three = [runs("dp+tp, no link figures, serial", "dp+tp-nofig", ["--jobs", "1"], repeats, "<= 46 s (6d24559's)"),
+             runs("dp+tp, no link figures, --jobs 2", "dp+tp-nofig", ["--jobs", "2"], repeats, ""),
+             runs("dp+tp, no link figures, mpirun -n 2", "dp+tp-nofig", [], repeats, "<= 0.6x serial", mpi=2)]
+    if len({b for b in three if b is not None}) != 1:
+        fail("the dp+tp sweep without link figures wrote different JSON serially, with --jobs 2 and under mpirun -n 2")
     runs("dp+tp sweep, --jobs 2, sequential only", "dp+tp-seq", ["--jobs", "2"], 1, "")
     runs("65,536 devices, data sweep, --jobs 2", "65k", ["--jobs", "2"], repeats, "")
+    return rows
+
+
+def cell_rows(console: Console, limit: float) -> list[tuple]:
+    """One placement of each cell count of CELLS (its spec in ``scripts/synthesis_cells/``), a real serial
+    ``solver.run``, cut at `limit` seconds: (cells, wall, proved, target, peak MiB)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cells.json"
+        for cells, target in CELLS.items():
+            wall, code, peak = run_cli([str(CELLS_DIR / f"cells-{cells}.json"), "--quiet", "--top", "10", "--jobs", "1",
+                                        "--timeout", str(limit), "--out", str(out)], limit)
+            doc = json.loads(out.read_text())
+            proved = code == 0 and all(p["optimal"] for p in doc["placements"])
+            rows.append((cells, f"{wall:.1f} s" if proved else f"> {limit:.0f} s", "proved" if proved else "not proved",
+                         target, peak))
+            console.print(f"  done: {cells} cells", style="dim")
     return rows
 
 
@@ -323,6 +357,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--placement-repeats", type=int, default=3, help="timed runs of each placement, each way (median used)")
     ap.add_argument("--skip-small", action="store_true", help="leave out the brute-force comparison")
     ap.add_argument("--skip-sweeps", action="store_true", help="leave out the sweeps (only the one-placement table)")
+    ap.add_argument("--cells-limit", type=float, default=300.0, help="seconds allowed to each of the 8-10 cell placements")
+    ap.add_argument("--skip-cells", action="store_true", help="leave out the 8-10 cell placements")
     args = ap.parse_args(argv)
     if min(args.repeats, args.sample, args.placement_repeats) < 1 or min(args.brute_limit, args.no_reuse_limit) <= 0:
         raise UsageError("--repeats, --sample and --placement-repeats must be at least 1, the limits positive")
@@ -344,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         rows = [] if args.skip_sweeps else sweep_rows(console, args.repeats, args.no_reuse_limit, folder)
         cells = per_placement(console, args.sample, args.placement_repeats, folder)
+    scale = [] if args.skip_cells else cell_rows(console, args.cells_limit)
     console.print(tables.table(("run", "placements", "wall", "target", "peak RSS (largest process)"),
                         [(label, n, wall, target, f"{peak} MiB") for label, n, wall, target, peak in rows],
                         title=f"Sweeps: real `python -m solver.run` runs, --top 10, every placement proved "
@@ -355,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
                         title=f"One placement from scratch, max_steps 6, top 10 proved and verified (pieces 1,2,4,8,16; "
                               f"sequential only beside it; each placement the median of {args.placement_repeats} runs)",
                         text_columns=0))
+    if scale:
+        console.print(tables.table(("reduced cells", "wall", "proof", "target", "peak RSS"),
+                                   [(c, wall, proved, target, f"{peak} MiB") for c, wall, proved, target, peak in scale],
+                                   title="One placement of 8-10 cells (scripts/synthesis_cells/), serial, max_steps 6, top 10",
+                                   text_columns=0))
     console.print(f"load average {os.getloadavg()[0]:.1f} at the end", style="dim")
     return 0
 
