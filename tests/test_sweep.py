@@ -181,4 +181,5 @@ def test_ctrl_c_on_rank_0_ends_the_job_with_130(tmp_path):
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(pid, signal.SIGKILL)
         proc.kill()
-    assert proc.returncode == 130 and err.splitlines()[0] == "interrupted"
+    # prterun may print its own notice of the ended job first (ending it with a NUL byte): ours is one line of it
+    assert proc.returncode == 130 and "interrupted" in err.replace("\0", "").splitlines(), err
