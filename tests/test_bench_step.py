@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.bench_step import JOBS, cells, rows, summary
+from scripts.bench_step import JOBS, cells, job_cells, rows, summary, summary_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,19 +38,58 @@ RAW = {"testbeds": [{"testbed": {"name": "tb"}, "jobs": [
 def test_summary_by_hand():
     s = summary(rows(RAW))["tb"]
     assert s["placements"] == 5 and s["failed"] == 1 and s["wrong_elements"] == 0
-    # relative errors: |1-1.1|/1.1 = .0909, .2, .0625, 0, .2 -> median .0909
-    assert s["median_rel_error"] == pytest.approx(0.1 / 1.1)
-    # job a: predicted ranks 1 2 3, measured 2 1 3: rho = 1 - 6 * (1 + 1) / (3 * 8) = 0.5; job b: 1
-    assert s["spearman_by_job"] == {"a": pytest.approx(0.5), "b": pytest.approx(1.0)}
+    assert s["jobs"] == 2 and s["placements_by_job"] == {"a": 3, "b": 2}
+    # relative errors: job a |1-1.1|/1.1 = .0909, .2, .0625 -> median .0909; job b 0, .2 -> .1; median over jobs
+    assert s["median_rel_error_by_job"] == {"a": pytest.approx(0.1 / 1.1), "b": pytest.approx(0.1)}
+    assert s["median_rel_error"] == pytest.approx((0.1 / 1.1 + 0.1) / 2)
+    # job a: predicted ranks 1 2 3, measured 2 1 3: rho = 1 - 6 * (1 + 1) / (3 * 8) = 0.5; job b has 2 placements,
+    # where a Spearman is +-1 by construction: none, and it does not count
+    assert s["spearman_by_job"] == {"a": pytest.approx(0.5), "b": None}
+    assert s["spearman"] == pytest.approx(0.5) and s["spearman_jobs"] == 1
     # the model's first in a is p0 (1.10) over the fastest p1 (1.00); the sum model's first is p2 (1.60)
     assert s["best_regret_by_job"] == {"a": pytest.approx(1.1), "b": pytest.approx(1.0)}
-    assert s["best_regret"] == pytest.approx(1.1)
+    assert s["best_regret"] == pytest.approx(1.05) and s["best_regret_worst_job"] == pytest.approx(1.1)
     assert s["sum_model_regret_by_job"] == {"a": pytest.approx(1.6), "b": pytest.approx(1.0)}
+    assert s["sum_model_regret"] == pytest.approx(1.3) and s["sum_model_regret_worst_job"] == pytest.approx(1.6)
     # job a: step model p0<p1<p2, sum model p2<p1<p0: all 3 pairs differ; measured p1<p0<p2 sides with the step
     # model on (p0,p2) and (p1,p2), with the sum on (p0,p1)
     assert s["disagreements_by_job"] == {"a": {"pairs": 3, "step_model_right": 2}, "b": {"pairs": 0, "step_model_right": 0}}
-    # over the testbed: predicted 1, 1.2, 1.5, 2, 3 and measured 1.1, 1, 1.6, 2, 2.5: one swapped pair of 5
-    assert s["spearman"] == pytest.approx(1 - 6 * 2 / (5 * 24))
+    # pooled over the testbed (not the headline): predicted 1, 1.2, 1.5, 2, 3 and measured 1.1, 1, 1.6, 2, 2.5
+    assert s["spearman_pooled_across_jobs"] == pytest.approx(1 - 6 * 2 / (5 * 24))
+    assert s["median_rel_error_pooled_across_jobs"] == pytest.approx(0.1 / 1.1)
+    assert job_cells(summary(rows(RAW)))[1][4] == "n/a: 2 placements"
+    assert summary_cells(summary(rows(RAW)))[0][4] == "0.500 (1 of 2 jobs)"
+
+
+def _backwards(raw: dict) -> dict:
+    """`raw` with every job's predicted step times permuted so that they rank the job's placements exactly backwards
+    against the measurement: each job keeps its own predicted values, so the jobs' step times stay apart."""
+    out = copy.deepcopy(raw)
+    for tb in out["testbeds"]:
+        for job in tb["jobs"]:
+            done = [p for p in job["placements"] if "error" not in p]
+            fastest_first = sorted(done, key=lambda p: p["measured"]["step_s"])
+            slowest_predicted_first = sorted((p["predicted"]["step_s"] for p in done), reverse=True)
+            for p, predicted in zip(fastest_first, slowest_predicted_first):
+                p["predicted"] = {**p["predicted"], "step_s": predicted}
+    return out
+
+
+def test_a_ranking_backwards_in_every_job_scores_minus_one_though_the_pooled_figure_stays_high():
+    """Issue 32: pooled over jobs whose compute differs 4x, a Spearman of the committed measurements against
+    predictions ranking every job backwards is still 0.79 (4x2) and 0.70 (2x2x2); the median over jobs is -1."""
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step.raw.json").read_text())
+    figures = summary(rows(_backwards(raw)))
+    assert set(figures) == {"4x2-1gbit", "2x2x2-1gbit-400mbit"}
+    for name, f in figures.items():
+        assert f["spearman"] == pytest.approx(-1.0), name
+        assert all(x is None or x == pytest.approx(-1.0) for x in f["spearman_by_job"].values()), name
+        assert f["spearman_jobs"] >= 1
+        assert f["spearman_pooled_across_jobs"] > 0.65, name  # what pooling would have reported
+    assert figures["4x2-1gbit"]["spearman_pooled_across_jobs"] == pytest.approx(0.786, abs=1e-3)
+    assert figures["2x2x2-1gbit-400mbit"]["spearman_pooled_across_jobs"] == pytest.approx(0.699, abs=1e-3)
+    assert figures["2x2x2-1gbit-400mbit"]["spearman_jobs"] == 3  # every job there has 3 or 6 placements
+    assert figures["4x2-1gbit"]["spearman_jobs"] == 1  # two of its jobs have 2 placements: no Spearman
 
 
 def test_table_rows_mark_failures_and_sum_ranks():
@@ -65,7 +105,9 @@ def test_from_raw_writes_the_summary(tmp_path):
     r = subprocess.run([sys.executable, "-m", "scripts.bench_step", "--from-raw", str(raw), "--summary", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(out.read_text())["tb"]["best_regret"] == pytest.approx(1.1)
+    got = json.loads(out.read_text())["tb"]
+    assert got["best_regret"] == pytest.approx(1.05) and got["best_regret_worst_job"] == pytest.approx(1.1)
+    assert got["spearman_by_job"]["b"] is None
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -103,8 +145,10 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
             assert all(t in doc for t in tables)
             assert out.read_bytes() == summary_path.read_bytes()
         else:
-            assert tables[1] in doc
+            assert all(t in doc for t in tables[1:])
     figures = json.loads((ROOT / "docs" / "measurements" / "step-summary.json").read_text())
     for name, f in figures.items():
-        assert {"placements", "median_rel_error", "spearman", "best_regret", "sum_model_regret"} <= set(f)
+        assert {"placements", "jobs", "median_rel_error", "spearman", "spearman_jobs", "spearman_by_job", "best_regret",
+                "best_regret_worst_job", "sum_model_regret", "spearman_pooled_across_jobs"} <= set(f)
+        assert "spearman (median over jobs)" in doc and "spearman pooled across jobs (not the headline)" in doc
         assert f["wrong_elements"] == 0 and f["failed"] == 0
