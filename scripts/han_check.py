@@ -76,7 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def record(tag: str, nbytes: int, call: str, seconds: float) -> str:
     """One record of a run file: the OMPI_MCA_coll setting, the size, the call and its median in ms."""
-    return f"{tag:8s} {nbytes // MiB:3d} MiB {call:22s} {1e3 * seconds:9.1f} ms"
+    return f"{tag:8s} {nbytes // MiB:3d} MiB {call:22s} {1e3 * seconds:11.3f} ms"
 
 
 # ---- measure (under mpirun) -----------------------------------------------------------------------------------
