@@ -177,13 +177,6 @@ def _check_trie(costs: EdgeCosts, h: np.ndarray, listed: Sequence[RawProgram], t
                                        f"cheaper than the list's last ({bound[i]:.6g} < {threshold:.6g})")
 
 
-def check_traffic(costs: EdgeCosts, t: np.ndarray, rows: Successors | None = None) -> None:
-    """``t[r][l][s]`` bounds from below level `l`'s traffic in every completion from `s` in `r` steps: ``t <= 0`` at a
-    goal and ``t[r][l][s] <= traffic_l(e) + t[r-1][l][s']`` for every step; CertificateError otherwise."""
-    rows = rows or successors_by_state(costs)
-    check_sum_table(costs.space, t, rows.traffic, rows, "traffic")
-
-
 def check_sum_table(space: StateSpace, table: np.ndarray, values, rows: Successors, name: str) -> None:
     """``table[r][l][s]`` bounds from below the sum of ``values[l]`` over every completion from `s` in at most `r`
     steps: ``table <= 0`` at a goal and ``table[r][l][s] <= values_l(e) + table[r-1][l][s']`` for every step ``e``

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from p2synth.hierarchies.program import RawProgram
-from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table, check_traffic
+from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table
 from p2synth.solver.cost import PY, pipelined_seconds
 from p2synth.solver.costtogo import PieceTraffic, Successors, rows_layout, successors_by_state
 from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, windows

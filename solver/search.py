@@ -176,12 +176,12 @@ def solve(
     if n_cells == 0:  # nothing to reduce: the reduction group is a single device
         empty = Ranked(Program(()), 0.0, (), True)
         return Solution(placement, request, message_bytes, empty, (empty,), 1, True)
-    default = _rank(default_program(placement, request), placement, request, models, signature, memo)
+    order = canonical_order(placement, request)
+    default = _rank(default_program(placement, request), placement, request, models, (signature, order), memo)
     if request.collective is Collective.SEND_RECV:  # a shift's one program is its default: nothing to search
         return Solution(placement, request, message_bytes, default, (default,), 1, True)
     pieces = tuple(sorted(set(pieces) | {1}))
     key = (signature, max_steps, top, proof, pieces)
-    order = canonical_order(placement, request)
     if key not in memo.rankings:  # searched with the cells in the signature's order, shared by every placement that has it
         memo.rankings[key] = _ranking(request, n_cells, max_steps, top, lambda p: InCellOrder(models(p), order),
                                       pieces, proof, deadline, class_pairs(signature.cells))
@@ -192,7 +192,7 @@ def solve(
     chosen = chosen if top is None else chosen[:top]
     ranked = []
     for program, cost in chosen:
-        item = _rank(program, placement, request, models, signature, memo)
+        item = _rank(program, placement, request, models, (signature, order), memo)
         if not math.isclose(item.cost_s, cost, rel_tol=1e-9, abs_tol=1e-15):
             raise VerificationError(f"cost mismatch: search {cost} vs model {item.cost_s} for {item.program.text(placement)}")
         ranked.append(item)
@@ -212,10 +212,11 @@ def _models(placement: Placement, request: Request, message_bytes: int, kind: Co
     return models
 
 
-def _rank(program: Program, placement: Placement, request: Request, models, signature: CostSignature,
+def _rank(program: Program, placement: Placement, request: Request, models, shared: tuple[CostSignature, tuple[int, ...]],
           memo: Memo) -> Ranked:
     """Check `program` concretely and cost it with the placement's own cost model (times shared by the placements
-    with its signature and cell order); VerificationError if the check fails.
+    with its signature and cell order, `shared`: :func:`~solver.models.canonical_order`); VerificationError if the
+    check fails.
 
     A pipelined program is checked as one piece (its steps); its step times are
     each step's on one piece, its cost the pipeline's.
@@ -224,9 +225,10 @@ def _rank(program: Program, placement: Placement, request: Request, models, sign
     if not result.ok:
         raise VerificationError(f"program {program.text(placement)} fails the concrete checker: {result.reason}")
     cells = request.reduced_cells(placement)
-    key = (signature, canonical_order(placement, request), to_raw(program, cells), program.pipeline)
+    raw = to_raw(program, cells)
+    key = (shared, raw, program.pipeline)
     if key not in memo.step_times:
-        memo.step_times[key] = raw_program_cost(models, request.collective, len(cells), key[2], program.pipeline)
+        memo.step_times[key] = raw_program_cost(models, request.collective, len(cells), raw, program.pipeline)
     cost, steps = memo.step_times[key]
     return Ranked(program, cost, tuple(steps), verified=True)
 
@@ -323,12 +325,14 @@ def _pipelined_top(space, models, costs_of, loads, max_steps: int, pieces: list[
         tables.append(bracketed_tables(costs, p, one, top, whole) or pipeline_tables(costs, p, max_steps, deadline, whole))
     tables.append(top)
     rows = top.rows.weight.size
-    try:
-        if rows <= HARD_FIRST_ROWS:
-            raise OverBudget("small enough to search with every table")
-        searched = cheapest_pipelined_all(tables, candidates, deadline, budget=rows // EASY_SEARCH_ROWS)
-        pairs = ()
-    except OverBudget:  # a hard one: the joint bound and one program per orbit, from the start
+    searched = None
+    if rows > HARD_FIRST_ROWS:
+        try:
+            searched = cheapest_pipelined_all(tables, candidates, deadline, budget=rows // EASY_SEARCH_ROWS)
+            pairs = ()
+        except OverBudget:
+            pass
+    if searched is None:  # a hard one (or a small space): the joint bound and one program per orbit, from the start
         tables = [tab.with_joint(deadline) for tab in tables]
         pairs = tuple(p for p in pairs if _swaps_costs(space, tables, whole, p))
         searched = cheapest_pipelined_all(tables, candidates, deadline, pairs)
