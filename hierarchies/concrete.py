@@ -148,12 +148,12 @@ class ConcreteChecker:
         self.request = request
         self.cells: tuple[Cell, ...] = request.reduced_cells(placement)
         self.n = placement.num_devices
-        # reduced coordinate of each device = its digits on the reduced cells (the chunk it "owns")
         # every device's digit on every cell of the placement (the bijection rank <-> digits)
         self.cell_digits = np.array([[placement.digits(r).get(c, 0) for c in placement.cells] for r in range(self.n)],
                                     dtype=np.int64).reshape(self.n, len(placement.cells))
         # reduced coordinate of each device = its digits on the reduced cells (the chunk it "owns")
-        self.coord = [tuple(placement.digits(r).get(c, 0) for c in self.cells) for r in range(self.n)]
+        column = {c: i for i, c in enumerate(placement.cells)}
+        self.coord = [tuple(row) for row in self.cell_digits[:, [column[c] for c in self.cells]].tolist()]
         self.all_chunks = list(product(*(range(placement.factor(c)) for c in self.cells)))
         # each device's reduction group, members in chunk order (member k owns chunk all_chunks[k])
         self.members: list[tuple[int, ...]] = [()] * self.n
