@@ -34,6 +34,7 @@ BUCKET_CAP_MB = 0.05  # buckets of about 50 KB (but a parameter is never split)
 # DDP's buckets of the model below, in bytes: its first step puts every gradient in one bucket (DDP's first
 # bucket holds up to 1 MiB), then DDP rebuilds them: 4112 + 1024 + 131072 bytes, then 16384 + 512 bytes.
 BUCKETS = {153104: 1 << 20, 136208: 1 << 20, 16896: 16896}  # the planned size each runs the program of
+GUARD_TRIALS = 2  # the guarded run: 136208- and 16896-byte buckets come 5 times, so the guard decides both
 SPEC = {
     "hierarchy": {"name": "cpu-2x4", "levels": [
         {"name": "node", "count": 2, "bandwidth_GBps": 1.0, "uplink_GBps": 1.0, "latency_us": 20},
@@ -98,13 +99,27 @@ def test_parameters_match_the_default_hook_after_every_step(job):
             np.testing.assert_array_equal(hook, first["hook"])  # every rank holds the same model
 
 
+def test_the_guard_keeps_the_faster_on_every_rank_from_the_slowest_ranks_times_and_changes_no_result(job):
+    _, workdir = job
+    decisions = [rank_report(workdir, rank)["guard"] for rank in range(WORLD)]
+    assert all(d == decisions[0] for d in decisions)  # one decision, agreed
+    kept = {int(n): d["kept"] for n, d in decisions[0].items()}
+    assert kept == {153104: None, 136208: "default", 16896: "plan"} or kept == {153104: None, 136208: "default", 16896: "default"}
+    slow = decisions[0]["136208"]
+    assert min(slow["plan_s"]) > 0.3 > max(slow["default_s"])  # rank 5's delay is in the agreed (slowest) times
+    assert rank_report(workdir, 0)["unguarded"] == {}
+    for rank in range(WORLD):
+        with np.load(workdir / f"params-{rank}.npz") as params:
+            np.testing.assert_allclose(params["guarded"], params["default"], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}")
+
+
 def test_every_bucket_ran_a_planned_program_and_each_unplanned_size_is_logged_once(job):
     _, workdir = job
     for rank in range(WORLD):
         report = rank_report(workdir, rank)
         assert {int(n): planned for n, planned in report["chosen"].items()} == BUCKETS
         assert report["reduced"] == [1] + [2] * (STEPS - 1)  # buckets reduced in each step
-        assert sorted(report["warned"]) == [136208, 153104]  # once per unplanned size, not once per bucket
+        assert sorted(report["warned"]) == [136208, 136208, 153104, 153104]  # once per unplanned size and hook
 
 
 def test_a_process_group_that_is_not_the_reduction_group_fails_at_attach_time(job):
@@ -166,8 +181,19 @@ def train(rank: int, hook, reduced: list[int]) -> np.ndarray:
     return torch.stack(flat).numpy()
 
 
+def slowed(function, seconds: float):
+    """`function`, taking `seconds` longer."""
+    import time
+
+    def slow(*args):
+        time.sleep(seconds)
+        return function(*args)
+    return slow
+
+
 def rank_main(rank: int, workdir: Path) -> None:
-    """One rank: train with the default hook, then with the p2synth hook; try a mismatched process group."""
+    """One rank: train with the default hook, then with the p2synth hook unguarded, then guarded with rank 5
+    slow on 1 MiB programs; try a mismatched process group."""
     import torch.distributed as dist
 
     from p2synth.solver.exports.ddp import p2synth_hook
@@ -177,18 +203,25 @@ def rank_main(rank: int, workdir: Path) -> None:
     logging.getLogger("p2synth").addHandler(warned)
     reduced: list[int] = []
     default = train(rank, None, reduced)
-    hook = p2synth_hook(workdir / "plan.json", placement=0, request="grad_allreduce")
+    hook = p2synth_hook(workdir / "plan.json", placement=0, request="grad_allreduce", guard=False)
     with_hook = train(rank, hook, reduced)
     hook.close()
+    guarded = p2synth_hook(workdir / "plan.json", placement=0, request="grad_allreduce", guard_trials=GUARD_TRIALS)
+    # one slow rank: rank 5 runs the 1 MiB program 0.3 s slower
+    guarded._functions = {name: slowed(fn, 0.3) if rank == 5 and "1048576" in name else fn
+                          for name, fn in guarded._functions.items()}  # the hook's programs, by function name
+    with_guard = train(rank, guarded, [])
+    guarded.close()
     subgroup, _ = dist.new_subgroups(4)
     try:
         p2synth_hook(workdir / "plan.json", request="grad_allreduce", process_group=subgroup)
         subgroup_error = None
     except ValueError as e:
         subgroup_error = f"{type(e).__name__}: {e}"
-    np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook)
+    np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook, guarded=with_guard)
     chosen = {n: s.message_bytes for n, s in hook.chosen().items()}
-    report = {"chosen": chosen, "reduced": reduced, "warned": warned.sizes, "subgroup_error": subgroup_error}
+    report = {"chosen": chosen, "reduced": reduced, "warned": warned.sizes, "subgroup_error": subgroup_error,
+              "guard": guarded.decisions(), "unguarded": hook.decisions()}
     (workdir / f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()
 

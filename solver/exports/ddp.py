@@ -19,6 +19,13 @@ Buckets run on one worker thread in the order DDP hands them over, which is
 the same on every rank; the hook returns a ``torch.futures.Future`` at once, so
 the backward pass goes on computing while buckets are reduced. torch is
 imported only when a hook is attached. docs/exports.md describes the hook.
+
+With ``guard=True`` (the default) the hook guards itself
+(:mod:`solver.exports.guard`): for the first buckets of each size it alternates
+the plan's program with DDP's own all-reduce (run on a process group of its
+own), then keeps the faster on every rank, agreed from the slowest rank's times,
+and logs the decision once per size. A plan tuned for another backend then
+costs a few buckets, never the training run.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import linecache
 import logging
 import queue
 import threading
+import time
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -34,19 +42,23 @@ from typing import Any, Callable
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.solver.exports.buckets import BucketPlan, HookError, SizedProgram, bucket_plan, check_world
 from p2synth.solver.exports.formats import ExportFormat, export_placement
+from p2synth.solver.exports.guard import GUARD_TRIALS, Guard, Reduction
 from p2synth.solver.exports.planning import NotExportable
 
 LOG = logging.getLogger("p2synth")
 
 
 def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str | None = None,
-                 process_group: Any = None, device_type: str | None = None) -> "PlanHook":
+                 process_group: Any = None, device_type: str | None = None, guard: bool = True,
+                 guard_trials: int = GUARD_TRIALS) -> "PlanHook":
     """A DDP communication hook running placement `placement`'s programs of workload request `request`.
 
     `plan` is a plan file (or its path); `request` names a workload request as
     the spec gave it (None: the plan's only request). `process_group` must be
     the one DDP reduces over (None: the world). `device_type` is the mesh's
-    (None: "cpu" under gloo, else the module's default). Collective: call it on
+    (None: "cpu" under gloo, else the module's default). `guard` alternates the
+    plan's program with DDP's own all-reduce for the first `guard_trials` buckets
+    of each size each, and keeps the faster (module docstring). Collective: call it on
     every rank, once, after ``dist.init_process_group()``. A plan that does not
     fit the job raises HookError, whose message is one line, before any
     process group is created.
@@ -68,8 +80,24 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
         device_type = "cpu"
     mesh = module.build_mesh(device_type)
     functions = {s.name: module.REQUESTS[s.name] for s in buckets.sizes}
-    LOG.info("p2synth DDP hook: %s", buckets.describe())
-    return PlanHook(buckets, functions, mesh, dist.get_world_size(group))
+    guarded = own_group(buckets, dist.get_world_size(), dist.get_rank()) if guard else None
+    LOG.info("p2synth DDP hook: %s%s", buckets.describe(),
+             f"; guarded: the first {guard_trials} buckets of each size also run DDP's all-reduce" if guard else "")
+    return PlanHook(buckets, functions, mesh, dist.get_world_size(group),
+                    (Guard(guard_trials), guarded) if guard else None)
+
+
+def own_group(buckets: BucketPlan, world_size: int, rank: int) -> Any:
+    """A new process group of the ranks `rank` reduces with, for the guard alone (collective over the world: every
+    rank creates every reduction group, in the same order, and keeps its own)."""
+    import torch.distributed as dist
+
+    mine = None
+    for ranks in sorted({buckets.group(r) for r in range(world_size)}):
+        group = dist.new_group(list(ranks))
+        if rank in ranks:
+            mine = group
+    return mine
 
 
 def load_module(source: str, name: str) -> types.ModuleType:
@@ -86,14 +114,16 @@ class PlanHook:
     """The hook :func:`p2synth_hook` returns: ``hook(state, bucket)`` queues the bucket and returns its Future.
 
     `state` is what to register it with (None: the hook keeps its own state); `reduced` counts the
-    buckets reduced so far; :meth:`close` stops the worker thread.
+    buckets reduced so far; :meth:`decisions` says what the guard kept; :meth:`close` stops the worker thread.
     """
 
     state = None
 
-    def __init__(self, plan: BucketPlan, functions: dict[str, Callable], mesh: Any, divisor: int):
+    def __init__(self, plan: BucketPlan, functions: dict[str, Callable], mesh: Any, divisor: int,
+                 guard: tuple[Guard, Any] | None = None):
         self.plan = plan
         self.reduced = 0
+        self._guard, self._guard_group = guard if guard is not None else (None, None)
         self.__name__ = self.__qualname__ = "p2synth_hook"  # DDP reads a hook's names, as of a function
         self._functions, self._mesh, self._divisor = functions, mesh, divisor
         self._chosen: dict[int, SizedProgram] = {}
@@ -130,6 +160,11 @@ class PlanHook:
         """The program chosen for each bucket size (bytes) met so far."""
         return dict(self._chosen)
 
+    def decisions(self) -> dict[int, dict]:
+        """Per bucket size (bytes) met so far, what the guard kept and the slowest-rank times it decided on
+        (``kept`` None: still on trial); empty without a guard."""
+        return {} if self._guard is None else self._guard.decisions()
+
     def close(self) -> None:
         """Stop the worker thread once the queued buckets are reduced."""
         self._jobs.put(None)
@@ -145,23 +180,60 @@ class PlanHook:
                 if ready is not None:
                     torch.cuda.set_device(buffer.device)
                     torch.cuda.current_stream().wait_event(ready)
-                reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
+                self._reduce(buffer, sized)
                 self.reduced += 1
                 future.set_result(buffer)
             except Exception as e:  # noqa: BLE001  (DDP raises it from the Future, in the backward pass)
                 future.set_exception(e)
 
+    def _reduce(self, buffer: Any, sized: SizedProgram) -> None:
+        """Average `buffer` with the plan's program, or, as the guard says, DDP's all-reduce, timing its trials."""
+        import torch.distributed as dist
+
+        if self._guard is None:
+            reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
+            return
+        nbytes = buffer.numel() * buffer.element_size()
+        ran = self._guard.next(nbytes)
+        start = time.perf_counter()
+        if ran is Reduction.PLAN:
+            reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
+        else:
+            dist.all_reduce(buffer.div_(self._divisor), group=self._guard_group)
+        if buffer.is_cuda:
+            import torch
+
+            torch.cuda.current_stream().synchronize()
+        kept = self._guard.record(nbytes, ran, time.perf_counter() - start, self._slowest)
+        if kept is not None:
+            record = self._guard.decisions()[nbytes]
+            LOG.info("p2synth DDP hook guard: %s-byte buckets keep %s (median of the slowest rank's %d trials: "
+                     "plan %.4g ms, DDP's all-reduce %.4g ms)", f"{nbytes:,}",
+                     "the plan's program" if kept is Reduction.PLAN else "DDP's own all-reduce", record["trials"],
+                     record["plan_median_s"] * 1e3, record["default_median_s"] * 1e3)
+
+    def _slowest(self, local: list[float]) -> list[float]:
+        """The elementwise maximum of `local` over the reduction group (the guard's agreement; collective)."""
+        import torch
+        import torch.distributed as dist
+
+        times = torch.tensor(local, dtype=torch.float64)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=self._guard_group)
+        return times.tolist()
+
 
 def reduce_bucket(buffer: Any, function: Callable, mesh: Any, multiple: int, divisor: int) -> Any:
     """Average the flat tensor `buffer` over its group in place with the request `function` of the plan's module.
 
-    The buffer is divided by `divisor` first (as DDP's all-reduce hook does),
+    The buffer is divided by `divisor` first (as DDP's all-reduce hook does; 1: not divided, so integer
+    buffers sum exactly),
     zero-padded to a multiple of `multiple` elements for the run, and unpadded.
     """
     import torch
 
     n = buffer.numel()
-    buffer.div_(divisor)
+    if divisor != 1:
+        buffer.div_(divisor)
     padded = -(-n // multiple) * multiple
     x = buffer if padded == n else torch.cat([buffer, buffer.new_zeros(padded - n)])
     out = function(x, mesh)
