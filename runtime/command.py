@@ -4,6 +4,7 @@
     p2synth export PLAN ...         python -m solver.exports PLAN ...
     mpiexec -n N p2synth bench PLAN ...   mpiexec -n N python -m runtime.bench PLAN ...
     mpiexec -n N p2synth tune PLAN ...    mpiexec -n N python -m runtime.tune PLAN ...
+    mpiexec -n N p2synth tune --client torch PLAN ...   mpiexec -n N python -m runtime.client_tune PLAN ...
     mpiexec -n N p2synth validate TUNED ...   mpiexec -n N python -m runtime.validate TUNED ...
     mpiexec -n N p2synth step PLAN ...    mpiexec -n N python -m runtime.step PLAN ...
 
@@ -41,6 +42,9 @@ class Subcommand(str, Enum):
         return self.name.lower()
 
 
+CLIENT_TUNE = "p2synth.runtime.client_tune"  # ``p2synth tune --client torch``: runtime/client_tune.py
+
+
 def parser() -> ArgumentParser:
     """The command line ``p2synth SUBCOMMAND ARGS...``: the subcommand's own options go to its parser."""
     p = ArgumentParser(prog="p2synth", description="Synthesize, export, benchmark and tune hierarchical collective "
@@ -59,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     chosen = next(c for c in Subcommand if c.label == args.subcommand)
     invoked_as(f"p2synth {chosen.label}")
-    return importlib.import_module(chosen.value).main(args.args)
+    module = chosen.value
+    if chosen is Subcommand.TUNE and any(a == "--client" or a.startswith("--client=") for a in args.args):
+        module = CLIENT_TUNE  # tuning on the training job's own backend (torch.distributed), not over MPI
+    return importlib.import_module(module).main(args.args)
 
 
 if __name__ == "__main__":

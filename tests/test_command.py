@@ -57,3 +57,13 @@ def test_bench_and_tune_never_load_z3_or_the_solver():
                               env={**os.environ, **MPI_ENV}, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"usage: p2synth {sub} ")
+
+
+def test_tune_on_the_clients_backend_loads_the_exporter_but_never_z3_or_the_search():
+    code = ("import sys; sys.modules.update(dict.fromkeys(['z3', 'p2synth.encodings', 'p2synth.solver.search', "
+            "'p2synth.solver.planner'], None)); from p2synth.runtime.command import main; "
+            "sys.exit(main(['tune', '--client', 'torch', '--help']))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **MPI_ENV}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: p2synth tune ") and "[--client {torch}]" in done.stdout
