@@ -69,12 +69,16 @@ class CollectiveLibrary(str, Enum):
 
     ``open-mpi``: Open MPI's tuned component (blocking calls) and libnbc
     (non-blocking ones), as the runtime's numpy backend runs them; ``nccl``:
-    NCCL's ring and tree schedules. A hierarchy without one gets the ideal
-    schedules (the faster of the latency- and bandwidth-optimal one per step).
+    NCCL's ring and tree schedules; ``gloo``: PyTorch's CPU backend
+    (ProcessGroupGloo over TCP, loopback inside a node): rings in rank order,
+    a reduce_scatter that costs an all_reduce, a binomial broadcast, whatever
+    the size. A hierarchy without one gets the ideal schedules (the faster of
+    the latency- and bandwidth-optimal one per step).
     """
 
     OPEN_MPI = "open-mpi"
     NCCL = "nccl"
+    GLOO = "gloo"
 
     def __str__(self) -> str:
         return self.value
@@ -98,7 +102,7 @@ class Hierarchy(BaseModel):
     levels: tuple[Level, ...] = Field(min_length=1, max_length=MAX_LEVELS, description="levels, outermost first")
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
-    library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl), whose algorithm choices the simulator follows; calibration sets it")
+    library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
 
     @field_validator("levels")
     @classmethod

@@ -1,5 +1,5 @@
-"""Measure each level's latency and bandwidth over MPI and fit a hierarchy to them: the code behind
-``python -m scripts.calibrate`` and the tuner's refitted hierarchy (``python -m runtime.tune``).
+"""Measure each level's latency and bandwidth over MPI (or torch.distributed) and fit a hierarchy to them: the code
+behind ``python -m scripts.calibrate`` and the tuner's refitted hierarchy (``python -m runtime.tune``).
 
 For each level ``l`` with two or more children (:func:`measure_level`):
 
@@ -15,9 +15,11 @@ For each level ``l`` with two or more children (:func:`measure_level`):
   at most 1), the figure the simulator's exchanging schedules use; written for every
   level but the innermost, whose two-way time measures CPU copies contending.
 
-:func:`fitted_hierarchy` writes the figures into a hierarchy, with the MPI library that ran them
-(``Hierarchy.library``: the simulator follows Open MPI's algorithm choices). Only the hierarchy
-model and numpy are needed (mpi4py for measuring), never the solver or Z3.
+:class:`Bench` measures over a :class:`BenchComm`: :class:`MpiComm` (mpi4py) or ``runtime/torch_comm.py``'s
+``TorchComm`` (torch.distributed, gloo: every byte over TCP, also inside a node), the same measuring code for
+both. :func:`fitted_hierarchy` writes the figures into a hierarchy, with the library that ran them
+(``Hierarchy.library``: the simulator follows Open MPI's, or gloo's, algorithm choices). Only the hierarchy
+model and numpy are needed (mpi4py or torch for measuring), never the solver or Z3.
 """
 
 from __future__ import annotations
@@ -131,42 +133,139 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
     return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads
 
 
-# ---- measuring (under MPI) --------------------------------------------------------------------
+# ---- measuring (over MPI or torch.distributed) ------------------------------------------------
+class BenchComm:
+    """What :class:`Bench` needs of a communicator: the point-to-point and synchronising calls of its measurements,
+    a clock, and buffers in the form the transport sends (:meth:`message`). :class:`MpiComm` is mpi4py's,
+    ``runtime/torch_comm.py``'s ``TorchComm`` torch.distributed's (gloo: every byte over TCP, also inside a node).
+
+    Every rank calls the collective ones (:meth:`barrier`, :meth:`ibarrier`, :meth:`max_on`, :meth:`gather`)
+    in the same order.
+    """
+
+    def rank(self) -> int:
+        """This process's rank."""
+        raise NotImplementedError
+
+    def wtime(self) -> float:
+        """Wall-clock seconds (differences only)."""
+        raise NotImplementedError
+
+    def message(self, buf: np.ndarray):
+        """`buf` (uint8, contiguous) as the transport sends and receives it (made once per size, outside the
+        timed loops)."""
+        raise NotImplementedError
+
+    def send(self, msg, dest: int, tag: int) -> None:
+        """Send `msg` (from :meth:`message`) to `dest`; blocking."""
+        raise NotImplementedError
+
+    def recv(self, msg, source: int, tag: int) -> None:
+        """Receive into `msg` (from :meth:`message`) from `source`; blocking."""
+        raise NotImplementedError
+
+    def sendrecv(self, out, back, peer: int, tag: int) -> None:
+        """Send `out` to `peer` and receive `back` from it at once (both from :meth:`message`)."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        raise NotImplementedError
+
+    def ibarrier(self):
+        """A barrier started, not waited for: an object whose ``Test()`` says whether every rank has entered it."""
+        raise NotImplementedError
+
+    def max_on(self, value: float, root: int) -> float | None:
+        """The maximum of `value` over ranks on `root`; None elsewhere."""
+        raise NotImplementedError
+
+    def gather(self, obj, root: int) -> list | None:
+        """Every rank's `obj`, by rank, on `root`; None elsewhere."""
+        raise NotImplementedError
+
+
+class MpiComm(BenchComm):
+    """An mpi4py communicator (``MPI.COMM_WORLD``) as a :class:`BenchComm`: buffers as ``[buf, MPI.BYTE]``,
+    the clock ``MPI.Wtime``."""
+
+    def __init__(self, comm) -> None:
+        from mpi4py import MPI
+
+        self.comm, self.MPI = comm, MPI
+
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    def wtime(self) -> float:
+        return self.MPI.Wtime()
+
+    def message(self, buf: np.ndarray):
+        return [buf, self.MPI.BYTE]
+
+    def send(self, msg, dest: int, tag: int) -> None:
+        self.comm.Send(msg, dest=dest, tag=tag)
+
+    def recv(self, msg, source: int, tag: int) -> None:
+        self.comm.Recv(msg, source=source, tag=tag)
+
+    def sendrecv(self, out, back, peer: int, tag: int) -> None:
+        self.comm.Sendrecv(out, dest=peer, sendtag=tag, recvbuf=back, source=peer, recvtag=tag)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def ibarrier(self):
+        return self.comm.Ibarrier()
+
+    def max_on(self, value: float, root: int) -> float | None:
+        return self.comm.reduce(value, op=self.MPI.MAX, root=root)
+
+    def gather(self, obj, root: int) -> list | None:
+        return self.comm.gather(obj, root=root)
+
+
 @dataclass
 class Bench:
-    """Measurements over one communicator; every rank calls every method in the same order."""
+    """Measurements over one communicator; every rank calls every method in the same order.
 
-    comm: object
+    `comm` is a :class:`BenchComm`; an mpi4py communicator given here is wrapped in :class:`MpiComm`.
+    """
+
+    comm: BenchComm
     iters: int
     small_iters: int
     warmup: int
     buf: np.ndarray = field(repr=False, default=None)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.comm, BenchComm):
+            self.comm = MpiComm(self.comm)
+
     def idle_barrier(self) -> None:
         """A barrier that sleeps while it waits, so idle ranks leave the 2 cores to the measuring ones."""
-        req = self.comm.Ibarrier()
+        req = self.comm.ibarrier()
         while not req.Test():
             time.sleep(0.0005)
 
     def pingpong(self, a: int, b: int, sizes: list[int]) -> dict[int, list[float]]:
         """One-way times (round trip / 2) between ranks `a` and `b` per size; filled on rank `a` only."""
-        from mpi4py import MPI
-
-        rank, out = self.comm.Get_rank(), {}
+        comm = self.comm
+        rank, out = comm.rank(), {}
         for size in sizes:
-            msg = [self.buf[:size], MPI.BYTE]
+            msg = comm.message(self.buf[:size])
             n = self.small_iters if size <= SMALL else self.iters
             samples = []
             for i in range(self.warmup + n):
                 if rank == a:
-                    t0 = MPI.Wtime()
-                    self.comm.Send(msg, dest=b, tag=TAG_PING)
-                    self.comm.Recv(msg, source=b, tag=TAG_PONG)
+                    t0 = comm.wtime()
+                    comm.send(msg, b, TAG_PING)
+                    comm.recv(msg, b, TAG_PONG)
                     if i >= self.warmup:
-                        samples.append((MPI.Wtime() - t0) / 2)
+                        samples.append((comm.wtime() - t0) / 2)
                 elif rank == b:
-                    self.comm.Recv(msg, source=a, tag=TAG_PING)
-                    self.comm.Send(msg, dest=a, tag=TAG_PONG)
+                    comm.recv(msg, a, TAG_PING)
+                    comm.send(msg, a, TAG_PONG)
             if rank == a:
                 out[size] = samples
         self.idle_barrier()
@@ -175,45 +274,42 @@ class Bench:
     def concurrent(self, senders: list[int], receivers: list[int], size: int) -> list[float]:
         """Every sender sends `size` bytes to its receiver at once; per iteration the slowest
         rank's time from a common barrier (filled on rank 0)."""
-        from mpi4py import MPI
-
-        rank = self.comm.Get_rank()
-        msg = [self.buf[:size], MPI.BYTE]
+        comm = self.comm
+        rank = comm.rank()
+        msg = comm.message(self.buf[:size])
 
         def flow() -> None:
             if rank in senders:
-                self.comm.Send(msg, dest=receivers[senders.index(rank)], tag=TAG_FLOW)
+                comm.send(msg, receivers[senders.index(rank)], TAG_FLOW)
             elif rank in receivers:
-                self.comm.Recv(msg, source=senders[receivers.index(rank)], tag=TAG_FLOW)
+                comm.recv(msg, senders[receivers.index(rank)], TAG_FLOW)
         return self._slowest(flow)
 
     def exchange(self, left: list[int], right: list[int], size: int) -> list[float]:
         """Every rank of `left` and its partner in `right` exchange `size` bytes both ways at once (Sendrecv);
         per iteration the slowest rank's time from a common barrier (filled on rank 0)."""
-        from mpi4py import MPI
-
-        rank = self.comm.Get_rank()
-        out = [self.buf[:size], MPI.BYTE]
-        back = np.empty(size, dtype=np.uint8) if rank in left or rank in right else None
+        comm = self.comm
+        rank = comm.rank()
+        out = comm.message(self.buf[:size])
+        back = comm.message(np.empty(size, dtype=np.uint8)) if rank in left or rank in right else None
 
         def both_ways() -> None:
             if rank in left or rank in right:
                 peer = right[left.index(rank)] if rank in left else left[right.index(rank)]
-                self.comm.Sendrecv(out, dest=peer, sendtag=TAG_FLOW, recvbuf=[back, MPI.BYTE], source=peer, recvtag=TAG_FLOW)
+                comm.sendrecv(out, back, peer, TAG_FLOW)
         return self._slowest(both_ways)
 
     def _slowest(self, action) -> list[float]:
         """Run `action` warmup + iters times, each from a common barrier; the slowest rank's time of each timed
         iteration (filled on rank 0), then an idle barrier."""
-        from mpi4py import MPI
-
+        comm = self.comm
         samples = []
         for i in range(self.warmup + self.iters):
-            self.comm.Barrier()
-            t0 = MPI.Wtime()
+            comm.barrier()
+            t0 = comm.wtime()
             action()
-            slowest = self.comm.reduce(MPI.Wtime() - t0, op=MPI.MAX, root=0)
-            if self.comm.Get_rank() == 0 and i >= self.warmup:
+            slowest = comm.max_on(comm.wtime() - t0, 0)
+            if comm.rank() == 0 and i >= self.warmup:
                 samples.append(slowest)
         self.idle_barrier()
         return samples
@@ -236,13 +332,13 @@ class Bench:
                 count += 1
             return count * a.nbytes / elapsed
 
-        alone = statistics.median(rate() for _ in range(3)) if self.comm.Get_rank() == 0 else 0.0
+        alone = statistics.median(rate() for _ in range(3)) if self.comm.rank() == 0 else 0.0
         self.idle_barrier()
         together = []
         for _ in range(3):
-            self.comm.Barrier()
+            self.comm.barrier()
             together.append(rate())
-        rates = self.comm.gather(statistics.median(together), root=0)
+        rates = self.comm.gather(statistics.median(together), 0)
         self.idle_barrier()
         return alone, rates
 
@@ -255,7 +351,7 @@ def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_byte
     one_way = bench.concurrent(list(range(d)), list(range(d, 2 * d)), size)
     two_way = bench.exchange(list(range(d)), list(range(d, 2 * d)), size)
     conc = (size, one_way) if d > 1 else None
-    if bench.comm.Get_rank() != 0:
+    if bench.comm.rank() != 0:
         return None
     sizes = sorted(pp)
     medians = [statistics.median(pp[s]) for s in sizes]
