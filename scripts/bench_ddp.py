@@ -1,7 +1,8 @@
-"""A DDP training step, timed with DDP's default all-reduce against the p2synth hook, pipelined and forced sequential.
+"""A DDP training step, timed with DDP's default all-reduce against the p2synth hook with a plan tuned on the client's
+backend and with a plan tuned with Open MPI.
 
     sudo env PATH="$PATH" python -m scripts.testbed run -- python -m scripts.bench_ddp \\
-        --plan tuned.json --case 4x2-1gbit --out ddp-4x2.raw.json
+        --plan gloo-tuned.json --mpi-plan tuned.json --case 4x2-1gbit --out ddp-4x2.raw.json
     python -m scripts.bench_ddp --from-raw ddp-4x2.raw.json ddp-2x2x2.raw.json \\
         --markdown TABLE --summary SUMMARY      # the table and ddp-summary.json of docs/measurements
 
@@ -20,70 +21,145 @@ loss against fixed targets, plain SGD. Each variant gets its own
 ``DistributedDataParallel`` (``bucket_cap_mb=--bucket-mib``), built once:
 
 * ``default``: no hook, DDP's own all-reduce (averaged);
-* ``p2synth``: the p2synth hook with the plan ``--plan`` (``--placement``, ``--request``);
-* ``sequential``: the same hook with every program of the plan forced to one piece (``pipeline`` 1).
+* ``client``: the p2synth hook with ``--plan``, the plan tuned on the backend the client trains with
+  (``--placement``, ``--request``);
+* ``mpi``: the same hook with ``--mpi-plan``, the plan tuned with Open MPI (``runtime.tune``); only with ``--mpi-plan``;
+* ``sequential``: the hook with every program of ``--plan`` forced to one piece (``pipeline`` 1); only when
+  ``--variants`` names it.
 
-After a warm-up round that is not recorded, round ``r`` (``--rounds``, default 9) runs every variant once, the
-order rotated by ``r``. A run resets the parameters to the same initial values, runs ``--warmup`` untimed and
-``--steps`` timed steps on the same per-rank batches, and keeps each timed step's time (the slowest rank's) and a
-checksum of the final parameters (sum, sum of absolute values, sum of squares, float64). Rank 0 writes everything
-to the raw JSON ``--out``.
+The hook variants run ``p2synth_hook``'s guard (``--guard on``, the default: for its first buckets of each size the
+hook also times DDP's all-reduce and keeps the faster) or not (``--guard off``); rank 0's ``hook.decisions()`` of
+each hook variant, after the last round, go into the raw file.
+
+After a warm-up round that is not recorded (the default variant first), round ``r`` (``--rounds``, default 9) runs
+every variant once, the order rotated by ``r``. A run resets the parameters to the same initial values, runs
+``--warmup`` untimed and ``--steps`` timed steps on the same per-rank batches, and keeps each timed step's time (the
+slowest rank's) and the check of its final parameters: on every rank, every element of every parameter against the
+reference, this rank's final parameters after the warm-up round's default run, and against rank 0's final
+parameters of the same run (broadcast after the timed steps), at ``|a - b| <= PARAMS_ATOL + PARAMS_RTOL |b|``
+(``torch.allclose``'s test; the constants say why these values). A run records the largest ``|a - b|`` over ranks and elements
+(``params_max_diff``), the largest share of the tolerance it takes (``params_tol_share``, at most 1 where they
+match) and ``params_match``. Rank 0 writes everything to the raw JSON ``--out``, with the checkout's commit
+(``git rev-parse HEAD``) and whether its tracked files were changed (``dirty``), the start and end times (UTC, ISO
+8601; each run's start too), torch's version and backend, the guard, the plans and the spec, and DDP's gradient
+buckets in bytes once it rebuilt them (``bucket_bytes``).
 
 ``--from-raw RAW...`` (one raw file per case) prints the table and writes it as
-Markdown (``--markdown``) and the summary JSON (``--summary``): per case and
-variant the median over rounds of each round's median step time, with the 95%
-interval of ``p2synth.runtime.stats``; speedups are ratios of those medians. The
-summary has ``cases`` (one record per case), ``speedup_median``, ``speedup_min``,
-``speedup_max`` (over the cases, of default / p2synth step time), ``params_match``
-(every run's final parameters within ``PARAMS_RTOL`` of the case's first default
-run, and equal on every rank) and ``rounds``. The same raw files give the same
-output, byte for byte.
+Markdown (``--markdown``, with a note per case under the table: commit, times, guard, bound speedup and the hooks'
+decisions) and the summary JSON (``--summary``): per case and variant the median over rounds of each round's median
+step time, with the 95% interval of ``p2synth.runtime.stats``; speedups are ratios of those medians. Per case:
+``speedup`` (default / ``client``), ``speedup_mpi_plan`` (default / ``mpi``, null without it),
+``pipelining_speedup`` (sequential / client, with ``sequential``), ``hook_vs_default`` (per hook variant: faster,
+slower or within noise, the intervals apart or not), ``bound_speedup`` (below), ``params_match``, the largest
+difference per variant, and ``commit``, ``dirty``, ``measured_at``. The summary has ``cases``, ``speedup_median``,
+``speedup_min``, ``speedup_max`` (over the cases, of ``speedup``), ``cases_slower_beyond_noise`` (cases where the
+client hook's 95% interval lies wholly above the default's), ``cases_slower_beyond_noise_mpi_plan`` (the same for
+``mpi``; null where no case has it), ``params_match``, ``params_check`` and ``rounds``. The same raw files give the
+same output, byte for byte.
 
-Exit status: 0 done; 2 bad arguments, an unreadable raw file, no torch, or a plan the hook refuses (one line
+**bound_speedup**, per case: how much faster than DDP's default the gradient all-reduce can be at all, on the case's
+spec hierarchy (``<case>.spec.json`` beside the plan, the plan's name up to its first dot; ``--spec`` overrides)::
+
+    bound_speedup = sum over the step's buckets b of ring(b)  /  sum over the same buckets of bound(b)
+
+* ``bound(b)``: ``hierarchies.bound.lower_bound`` of an all-reduce of ``b`` bytes over one axis placed on every device
+  (what any program of the plan's can reach: the cut of each level over its one-way link rates, plus the latency
+  floor);
+* ``ring(b)``: gloo's ring all-reduce, DDP's default, over the flat group in rank order (rank ``r`` on device ``r``:
+  consecutive ranks share a node, as the testbed launches them), priced under the same one-way link figures: ``2 (n
+  - 1)`` steps, in each every rank sends ``b / n`` bytes to rank ``r + 1 mod n``; a send whose ends first differ at
+  level ``l`` crosses level ``l``'s link at ``min(bandwidth, uplink)`` (in rank order it is the only send leaving its
+  level-``l`` unit) after level ``l``'s latency, and a step takes its slowest send. Reduction compute is left out, as
+  the bound leaves it out.
+
+The buckets are the raw file's ``bucket_bytes``; a raw file without them counts the whole gradient as one bucket (at
+MiB-sized buckets the ratio hardly depends on the split: both sides are linear in ``b`` but for latencies, which the
+ring pays ``2 (n - 1)`` times and the bound once). On ``4x2`` (node links 1
+Gbit/s, 2 ranks a node) the ring carries ``1.75 b`` over a node's link, the bound ``1.5 b``: 1.17; on ``2x2x2`` (rack
+uplinks 400 Mbit/s) ``1.75 b`` against ``b`` over a rack uplink: 1.75; on ``3x2x2`` ``1.83 b`` against ``1.33 b``:
+1.375.
+
+Raw files of an older bench_ddp (runs with a ``checksum`` of the final parameters instead of the elementwise check,
+variant ``p2synth`` for ``client``) are still read: their parameters are said to be checked by checksums only, not
+elementwise (``params match`` "yes (checksums)" in the table, ``params_check`` "checksum" in the summary), with no
+commit, times or bucket sizes.
+
+Exit status: 0 done; 2 bad arguments, an unreadable raw file or spec, no torch, or a plan the hook refuses (one line
 ``error: ...`` on stderr).
 """
 
 from __future__ import annotations
 
 import copy
-import fcntl
 import json
 import math
 import os
-import socket
 import statistics
-import struct
+import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 
+from p2synth.hierarchies.bound import lower_bound
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line, write_json_atomic, write_text_atomic
-from p2synth.runtime.stats import faster_beyond_noise, median_interval
+from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.placement import Axis, Placement
+from p2synth.hierarchies.program import Collective, Request
+from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval
+from p2synth.runtime.torch_dist import default_ifname, init_process_group, rank_and_world
 from scripts.tables import console, markdown
 from scripts.tables import table as rich_table
-from scripts.testbed.config import NODE_IF
 
-PARAMS_RTOL = 1e-5  # final parameters match when each checksum differs by at most this share of its scale
-SIOCGIFADDR = 0x8915
+# The elementwise check of a run's final parameters, |a - b| <= PARAMS_ATOL + PARAMS_RTOL |b| (torch.allclose's test).
+# Measured with the default model and run (4 x Linear(2048, 2048), batch 8, lr 1e-3, 2 + 5 SGD steps, 8 gloo ranks on
+# one host), every hook's final parameters against DDP's default all-reduce's, on every rank:
+# * the parameters: |p| at most 0.0221 (median 0.0111); one step moves a parameter by 5.5e-7 at most, the whole run by
+#   1.5e-6 at most: far less than the "lr * grad ~ 1e-4" one might guess, so atol must be small;
+# * the same average summed in another order (the p2synth hook with the tuned 4x2 and 2x2x2 plans, guard off; a hook
+#   summing the ranks in reverse order): largest |a - b| 1.9e-9 (2^-29, one float32 ulp at |p| ~ 0.02), most elements
+#   equal; DDP's own allreduce_hook (divide, then sum) is bit-identical. Share of this tolerance: 0.011;
+# * wrong hooks: skipping the reduction, largest |a - b| 3.0e-6 (share 216); summing instead of averaging 1.0e-5
+#   (700); the bucket shifted by one element 2.0e-6 (106); only each bucket's first half reduced 1.1e-6 (77).
+# So about 90 times the reordering noise and 1/77 of the smallest fault; atol 1e-6 would let the half-reduced hook
+# through (share 0.99). A longer run or a larger --lr moves the faults further, the noise hardly.
+PARAMS_RTOL = 1e-5
+PARAMS_ATOL = 1e-8
+CHECKSUM_RTOL = 1e-5  # raw files of an older bench_ddp: each checksum within this share of its scale
 
 
 class Variant(str, Enum):
     """How a variant all-reduces each gradient bucket."""
 
     DEFAULT = "default"
-    P2SYNTH = "p2synth"
+    CLIENT = "client"
+    MPI = "mpi"
     SEQUENTIAL = "sequential"
+
+
+HOOKED = (Variant.CLIENT, Variant.MPI, Variant.SEQUENTIAL)  # the variants that run the p2synth hook
+LEGACY_NAMES = {"p2synth": Variant.CLIENT.value}  # variant names of older raw files
+SLOWER, FASTER, WITHIN = "slower beyond noise", "faster beyond noise", "within noise"
 
 
 # --- the p2synth hook: the one place that calls its API ---------------------------------------------------------
 
-def attach_p2synth_hook(model, plan_path: Path, placement: int, request: str) -> None:
-    """Register the p2synth hook for `plan_path` on the DDP `model` (collective: every rank, in the same order)."""
+def attach_p2synth_hook(model, plan_path: Path, placement: int, request: str, guard: bool = True):
+    """Register the p2synth hook for `plan_path` on the DDP `model` (collective: every rank, in the same order); the
+    hook. ``guard=`` is passed only to turn the guard off, so a hook without the parameter still runs guarded."""
     from p2synth.solver.exports.ddp import p2synth_hook
 
-    hook = p2synth_hook(plan_path, placement=placement, request=request)
+    hook = p2synth_hook(plan_path, placement=placement, request=request, **({} if guard else {"guard": False}))
     model.register_comm_hook(hook.state, hook)
+    return hook
+
+
+def hook_decisions(hook) -> dict[str, dict]:
+    """What `hook`'s guard decided per bucket size, keyed by the size in bytes as text, in increasing size (empty for
+    a hook without ``decisions()`` or a guard)."""
+    decided = getattr(hook, "decisions", lambda: {})()
+    return {str(n): decided[n] for n in sorted(decided, key=int)}
 
 
 def sequential_plan(plan: dict) -> dict:
@@ -104,52 +180,30 @@ def round_order(variants: list[Variant], r: int) -> list[Variant]:
     return variants[k:] + variants[:k]
 
 
-# --- where rank 0 is --------------------------------------------------------------------------------------------
+# --- what was measured, and when ---------------------------------------------------------------------------------
 
-def rank_and_world(env: dict[str, str]) -> tuple[int, int]:
-    """This process's rank and the world size, from Open MPI's variables or torchrun's; UsageError without either."""
-    for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("RANK", "WORLD_SIZE")):
-        if rank_key in env and size_key in env:
-            return int(env[rank_key]), int(env[size_key])
-    raise UsageError("no rank: launch one process per rank with mpirun (OMPI_COMM_WORLD_RANK) or torchrun (RANK)")
+def utc_now() -> str:
+    """The time now, UTC, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def interface_address(name: str) -> str:
-    """The IPv4 address of the network interface `name`; UsageError if it has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+def checkout_state(root: Path) -> dict:
+    """``commit`` (``git rev-parse HEAD`` of the checkout at `root`) and ``dirty`` (whether a tracked file differs
+    from it); both None where git cannot say. ``safe.directory`` lets root (the testbed runs as root) read a
+    checkout it does not own."""
+    def git(*argv: str) -> str | None:
         try:
-            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-        except OSError as e:
-            raise UsageError(f"--ifname {name}: no IPv4 address ({e.strerror})") from None
-    return socket.inet_ntoa(packed[20:24])
+            done = subprocess.run(["git", "-c", f"safe.directory={root}", "-C", str(root), *argv],
+                                  capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
 
-
-def default_ifname() -> str:
-    """The testbed's node interface where this node has it, else the loopback."""
-    return NODE_IF if NODE_IF in (name for _, name in socket.if_nameindex()) else "lo"
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
 
 
 # --- the training loop (torch imported here only) ---------------------------------------------------------------
-
-def init_distributed(args, rank: int, world: int):
-    """Join the gloo process group: rank 0 hosts the store; its address and port reach the others over MPI unless
-    --master-addr and --master-port both give them."""
-    import torch.distributed as dist
-
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", args.ifname)
-    address, port, store = args.master_addr, args.master_port, None
-    if rank == 0:
-        address = address or interface_address(args.ifname)
-        store = dist.TCPStore(address, port, world, is_master=True, wait_for_workers=False)
-        port = store.port
-    if args.master_addr is None or args.master_port == 0:
-        from mpi4py import MPI
-
-        address, port = MPI.COMM_WORLD.bcast((address, port), root=0)
-    if store is None:
-        store = dist.TCPStore(address, port, world, is_master=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-
 
 def build_model(args, seed: int):
     """The Linear stack, the same initial values on every rank and for every variant."""
@@ -164,17 +218,68 @@ def build_model(args, seed: int):
     return torch.nn.Sequential(*layers)
 
 
-def checksum(model) -> list[float]:
-    """Sum, sum of absolute values and sum of squares of every parameter, in float64."""
+def make_batches(args, rank: int) -> list:
+    """This rank's (input, target) pairs of every step of a run, the same for every run."""
     import torch
 
+    gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    return [(torch.randn(args.batch, args.width, generator=gen), torch.randn(args.batch, args.width, generator=gen))
+            for _ in range(args.warmup + args.steps)]
+
+
+def params_gap(params, reference, rtol: float = PARAMS_RTOL, atol: float = PARAMS_ATOL) -> tuple[float, float]:
+    """Every element of every tensor of `params` against the same-shaped tensor of `reference`: the largest
+    ``|a - b|`` and the largest share of the tolerance it takes, ``|a - b| / (atol + rtol |b|)``; they match
+    (``torch.allclose``) where that share is at most 1. A NaN on either side is infinitely far."""
+    import torch
+
+    params, reference = list(params), list(reference)
+    if len(params) != len(reference) or any(a.shape != b.shape for a, b in zip(params, reference)):
+        raise ValueError("the parameters and their reference differ in number or shapes")
+    largest, share = 0.0, 0.0
     with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
-        return [flat.sum().item(), flat.abs().sum().item(), flat.square().sum().item()]
+        for a, b in zip(params, reference):
+            if a.numel() == 0:
+                continue
+            gap = (a.detach() - b.detach()).abs_().nan_to_num_(nan=math.inf)
+            largest = max(largest, gap.max().item())
+            share = max(share, gap.div_(b.detach().abs().mul_(rtol).add_(atol)).nan_to_num_(nan=math.inf).max().item())
+    return largest, share
 
 
-def one_run(ddp, initial, batches, args) -> tuple[list[float], list[float], bool]:
-    """Reset, train warm-up + timed steps; the timed steps' times (slowest rank), rank 0's checksum, ranks agree."""
+def params_mismatch(params, reference, rtol: float = PARAMS_RTOL, atol: float = PARAMS_ATOL) -> float | None:
+    """None where every element of `params` is within the tolerance of `reference` (:func:`params_gap`), else the
+    largest ``|a - b|``."""
+    largest, share = params_gap(params, reference, rtol, atol)
+    return None if share <= 1.0 else largest
+
+
+def flat_params(module):
+    """`module`'s parameters as one new flat tensor."""
+    import torch
+
+    return torch.nn.utils.parameters_to_vector(module.parameters()).detach().clone()
+
+
+def check_params(params, reference) -> dict:
+    """The run's parameter check (collective): this rank's final flat `params` against its `reference` and against
+    rank 0's final parameters, elementwise; the largest difference and share of the tolerance over every rank."""
+    import torch
+    import torch.distributed as dist
+
+    first = params.clone()
+    dist.broadcast(first, src=0)
+    gaps = [params_gap([params], [reference]), params_gap([params], [first])]
+    worst = torch.tensor([max(g[0] for g in gaps), max(g[1] for g in gaps)], dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    largest, share = worst.tolist()
+    return {"params_max_diff": largest, "params_tol_share": share, "params_match": share <= 1.0}
+
+
+def one_run(ddp, initial, batches, args, reference=None) -> tuple[dict, object]:
+    """Reset, train warm-up + timed steps; the run's record (the timed steps' times, the slowest rank's, and
+    :func:`check_params` against `reference`, None: against this run's own parameters, for the reference run) and
+    this rank's final flat parameters."""
     import time
 
     import torch
@@ -195,52 +300,62 @@ def one_run(ddp, initial, batches, args) -> tuple[list[float], list[float], bool
         times.append(time.perf_counter() - start)
     slowest = torch.tensor(times[args.warmup:], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    mine = torch.tensor(checksum(ddp.module), dtype=torch.float64)
-    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
-    agree = all(params_close(e.tolist(), mine.tolist()) for e in every)
-    return slowest.tolist(), mine.tolist(), agree
+    params = flat_params(ddp.module)
+    return {"step_s": slowest.tolist(), **check_params(params, params if reference is None else reference)}, params
 
 
-def build_variants(args, variants: list[Variant], tmp: Path) -> dict:
-    """One DDP model per variant, each with its hook attached; the sequential plan is written in `tmp`, which must
-    outlive the models. Every rank builds them in the same order (the hook's process groups are collective)."""
+def build_variants(args, variants: list[Variant], tmp: Path) -> tuple[dict, dict]:
+    """One DDP model per variant, each with its hook attached; the models and the hooks (per hook variant). The
+    sequential plan is written in `tmp`, which must outlive the models. Every rank builds them in the same order (the
+    hook's process groups are collective)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    plans = {Variant.P2SYNTH: args.plan, Variant.SEQUENTIAL: tmp / "sequential.json"}
+    plans = {Variant.CLIENT: args.plan, Variant.MPI: args.mpi_plan, Variant.SEQUENTIAL: tmp / "sequential.json"}
     if Variant.SEQUENTIAL in variants:
         plans[Variant.SEQUENTIAL].write_text(json.dumps(sequential_plan(json.loads(args.plan.read_text()))))
-    models = {}
+    models, hooks = {}, {}
     for v in variants:
         models[v] = DDP(build_model(args, args.seed), bucket_cap_mb=args.bucket_mib)
         if v is not Variant.DEFAULT:
             try:
-                attach_p2synth_hook(models[v], plans[v], args.placement, args.request)
+                hooks[v] = attach_p2synth_hook(models[v], plans[v], args.placement, args.request, args.guard == "on")
             except Exception as e:  # noqa: BLE001  (the hook's refusal, whatever its type, is one line)
                 raise UsageError(f"the p2synth hook failed on {plans[v]} ({v.value}): {one_line(e)}") from None
-    return models
+    return models, hooks
 
 
 def run_rounds(models: dict, args, rank: int) -> list[dict]:
-    """A warm-up round (not recorded), then every round, variants in rotated order; the runs' records."""
-    import torch
-
+    """A warm-up round (not recorded; the default first: its final parameters are the reference), then every round,
+    variants in rotated order; the runs' records."""
     initial = [p.detach().clone() for p in build_model(args, args.seed).parameters()]
-    gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    batches = [(torch.randn(args.batch, args.width, generator=gen), torch.randn(args.batch, args.width, generator=gen))
-               for _ in range(args.warmup + args.steps)]
+    batches = make_batches(args, rank)
     variants = list(models)
+    _, reference = one_run(models[Variant.DEFAULT], initial, batches, args)
     for v in variants:  # first-iteration set-up, thread pools, connections
-        one_run(models[v], initial, batches, args)
+        if v is not Variant.DEFAULT:
+            one_run(models[v], initial, batches, args, reference)
     runs = []
     for r in range(args.rounds):
         for position, v in enumerate(round_order(variants, r)):
-            step_s, sums, agree = one_run(models[v], initial, batches, args)
-            runs.append({"round": r, "position": position, "variant": v.value, "step_s": step_s, "checksum": sums,
-                         "ranks_agree": agree})
+            started = utc_now()
+            record, _ = one_run(models[v], initial, batches, args, reference)
+            runs.append({"round": r, "position": position, "variant": v.value, "started_at": started, **record})
             if rank == 0:
-                print(f"round {r} {v.value}: median step {statistics.median(step_s) * 1e3:.1f} ms", file=sys.stderr, flush=True)
+                print(f"round {r} {v.value}: median step {statistics.median(record['step_s']) * 1e3:.1f} ms, "
+                      f"params {'match' if record['params_match'] else 'DIFFER'} (max |diff| "
+                      f"{record['params_max_diff']:.2g})", file=sys.stderr, flush=True)
     return runs
+
+
+def ddp_bucket_bytes(ddp) -> list[int] | None:
+    """The byte sizes of `ddp`'s gradient buckets once DDP rebuilt them after its first iteration, from its logging
+    data; None where this torch does not say."""
+    try:
+        data = ddp._get_ddp_logging_data()
+        text = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
+        return [int(n) for n in str(text).split(",")]
+    except Exception:  # noqa: BLE001  (a private API: whatever it raises, the sizes are unknown)
+        return None
 
 
 def measure(args, rank: int, world: int) -> dict | None:
@@ -249,64 +364,208 @@ def measure(args, rank: int, world: int) -> dict | None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    init_distributed(args, rank, world)
+    state = checkout_state(Path(__file__).resolve().parent.parent) if rank == 0 else {}
+    started = utc_now()
+    init_process_group("gloo", args.ifname, args.master_addr, args.master_port)
+    backend = dist.get_backend()
     variants = [Variant(v) for v in args.variants]
     with tempfile.TemporaryDirectory() as tmp:
-        models = build_variants(args, variants, Path(tmp))
+        models, hooks = build_variants(args, variants, Path(tmp))
         runs = run_rounds(models, args, rank)
+    decisions = {v.value: hook_decisions(hook) for v, hook in hooks.items()}
+    buckets = ddp_bucket_bytes(models[Variant.DEFAULT])
     dist.destroy_process_group()
     if rank != 0:
         return None
     grad_bytes = sum(p.numel() * p.element_size() for p in models[variants[0]].module.parameters())
-    return {"case": args.case, "world": world, "torch": torch.__version__, "plan": str(args.plan),
-            "placement": args.placement, "request": args.request,
-            "model": {"layers": args.layers, "width": args.width, "batch": args.batch, "grad_bytes": grad_bytes},
-            "bucket_cap_mb": args.bucket_mib, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds,
-            "variants": [v.value for v in variants], "runs": runs}
+    return {"case": args.case, "world": world, **state, "started_at": started, "ended_at": utc_now(),
+            "torch": torch.__version__, "backend": backend, "plan": str(args.plan),
+            "mpi_plan": None if args.mpi_plan is None else str(args.mpi_plan),
+            "spec": None if args.spec is None else str(args.spec), "placement": args.placement, "request": args.request,
+            "guard": args.guard, "model": {"layers": args.layers, "width": args.width, "batch": args.batch,
+                                           "grad_bytes": grad_bytes},
+            "bucket_cap_mb": args.bucket_mib, "bucket_bytes": buckets, "warmup": args.warmup, "steps": args.steps,
+            "rounds": args.rounds, "variants": [v.value for v in variants], "params_check": "elementwise",
+            "params_rtol": PARAMS_RTOL, "params_atol": PARAMS_ATOL, "decisions": decisions, "runs": runs}
+
+
+# --- the all-reduce's bound speedup (module docstring) ---------------------------------------------------------
+
+def ring_allreduce_s(h: Hierarchy, nbytes: float) -> float:
+    """Seconds of gloo's ring all-reduce of `nbytes` over every device of `h` in rank order, priced on `h`'s one-way
+    link figures (module docstring, ``ring(b)``): ``2 (n - 1)`` steps of the slowest send of ``nbytes / n`` bytes.
+    In rank order each unit's devices are consecutive, so one send at most leaves a unit in a step: it gets the whole
+    uplink, up to its link's bandwidth."""
+    n = h.num_devices
+    step = 0.0
+    for r in range(n if n > 1 else 0):
+        a, b = h.coords(r), h.coords((r + 1) % n)
+        link = h.links[next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]  # the outermost level it crosses
+        rate = link.bandwidth if link.uplink is None else min(link.bandwidth, link.uplink)
+        step = max(step, link.latency + nbytes / n / rate)
+    return 2 * (n - 1) * step
+
+
+def bound_allreduce_s(h: Hierarchy, nbytes: float) -> float:
+    """``hierarchies.bound.lower_bound`` of an all-reduce of `nbytes` over one axis placed on every device of `h`."""
+    placement = Placement(h, (Axis(name="data", size=h.num_devices),), (h.counts,))
+    return lower_bound(placement, Request(frozenset({0}), Collective.ALL_REDUCE), nbytes).seconds
+
+
+def bound_speedup(h: Hierarchy, bucket_bytes: list[int]) -> float:
+    """The all-reduce speedup over DDP's default that the lower bound allows, over a step's buckets (module
+    docstring), to three decimals."""
+    ring = math.fsum(ring_allreduce_s(h, b) for b in bucket_bytes)
+    return round(ring / math.fsum(bound_allreduce_s(h, b) for b in bucket_bytes), 3)
+
+
+def spec_hierarchy(path: Path, world: int) -> Hierarchy:
+    """The hierarchy of the spec file `path`, which must have `world` devices; UsageError otherwise."""
+    from p2synth.solver.spec import SpecError, parse_spec, resolve_hierarchy
+
+    try:
+        h = resolve_hierarchy(parse_spec(path.read_text()).hierarchy)
+    except OSError as e:
+        raise UsageError(f"{path}: unreadable spec ({e.strerror})") from None
+    except SpecError as e:
+        raise UsageError(f"{path}: not a spec ({one_line(e)})") from None
+    if h.num_devices != world:
+        raise UsageError(f"{path}: its hierarchy has {h.num_devices} devices, but the case ran {world} ranks")
+    return h
+
+
+def spec_beside(plan: Path) -> Path:
+    """The case's spec file beside a plan file: the plan's name up to its first dot, then ``.spec.json``
+    (``x.tuned.json``, ``x.client-tuned.json``, ``x.gloo.plan.json`` -> ``x.spec.json``)."""
+    return plan.with_name(f"{plan.name.split('.')[0]}.spec.json")
+
+
+def find_spec(raw: dict, raw_path: Path) -> Path | None:
+    """The case's spec: the one the raw file names, else the one beside its plan (:func:`spec_beside`), else
+    ``<case>.spec.json``; each tried as written, then by its name in the raw file's folder. None where there is none."""
+    names = [Path(raw["spec"])] if raw.get("spec") else []
+    if raw.get("plan"):
+        names.append(spec_beside(Path(raw["plan"])))
+    names.append(Path(f"{raw['case']}.spec.json"))
+    for name in names:
+        for path in (name, raw_path.parent / name.name):
+            if path.is_file():
+                return path
+    return None
 
 
 # --- from the raw data: the table and the summary ---------------------------------------------------------------
 
-def params_close(a: list[float], b: list[float], rtol: float = PARAMS_RTOL) -> bool:
-    """Two checksums (sum, sum |p|, sum p^2) match: the sums within `rtol` of sum |p|, the squares within `rtol`."""
+def checksums_close(a: list[float], b: list[float], rtol: float = CHECKSUM_RTOL) -> bool:
+    """Older raw files: two checksums (sum, sum |p|, sum p^2) match, the sums within `rtol` of sum |p|, the squares
+    within `rtol`."""
     scale = (max(abs(a[1]), abs(b[1])), max(abs(a[1]), abs(b[1])), max(abs(a[2]), abs(b[2])))
     return all(abs(x - y) <= rtol * s for x, y, s in zip(a, b, scale))
 
 
-def case_record(raw: dict) -> dict:
-    """One case's figures: per variant the median and interval over rounds of the round medians, speedups, match."""
+def is_legacy(raw: dict) -> bool:
+    """Whether `raw` comes from an older bench_ddp: runs with a checksum, not the elementwise check."""
+    return "params_check" not in raw and any("checksum" in run for run in raw["runs"])
+
+
+def upgraded(raw: dict) -> dict:
+    """`raw` in this version's terms: an older raw file's variant ``p2synth`` is ``client``, and each run's
+    ``params_match`` is its checksum's against the case's first default run, and its ranks' agreement."""
+    if not is_legacy(raw):
+        return raw
+    reference = next(run["checksum"] for run in raw["runs"] if run["variant"] == Variant.DEFAULT.value)
+    runs = [{**run, "variant": LEGACY_NAMES.get(run["variant"], run["variant"]),
+             "params_match": bool(run["ranks_agree"]) and checksums_close(run["checksum"], reference)}
+            for run in raw["runs"]]
+    return {**raw, "variants": [LEGACY_NAMES.get(v, v) for v in raw["variants"]], "params_check": "checksum",
+            "runs": runs}
+
+
+def verdict(hook: Interval, default: Interval) -> str:
+    """A hook variant's step against the default's: faster or slower beyond noise (the intervals apart), or within."""
+    return FASTER if faster_beyond_noise(hook, default) else SLOWER if faster_beyond_noise(default, hook) else WITHIN
+
+
+def speedup(intervals: dict[str, Interval], slow: Variant, fast: Variant) -> float | None:
+    """`slow`'s median step over `fast`'s, to three decimals; None without `fast`."""
+    if fast.value not in intervals:
+        return None
+    return round(intervals[slow.value].median / intervals[fast.value].median, 3)
+
+
+def case_record(raw: dict, bound: float | None = None) -> dict:
+    """One case's figures: per variant the median and interval over rounds of the round medians, speedups, verdicts,
+    the parameters' check, and what and when was measured; `bound` is the case's bound speedup (None: no spec)."""
+    raw = upgraded(raw)
     variants = raw["variants"]
-    if Variant.DEFAULT.value not in variants or Variant.P2SYNTH.value not in variants:
-        raise ValueError("a case needs the variants default and p2synth")
+    if Variant.DEFAULT.value not in variants or Variant.CLIENT.value not in variants:
+        raise ValueError("a case needs the variants default and client")
     intervals = {}
     for v in variants:
         medians = [statistics.median(run["step_s"]) for run in raw["runs"] if run["variant"] == v]
         intervals[v] = median_interval(medians)
-    reference = next(run["checksum"] for run in raw["runs"] if run["variant"] == Variant.DEFAULT.value)
-    default, hook = intervals[Variant.DEFAULT.value], intervals[Variant.P2SYNTH.value]
-    record = {"case": raw["case"], "world": raw["world"], "grad_bytes": raw["model"]["grad_bytes"], "rounds": raw["rounds"]}
+    default = intervals[Variant.DEFAULT.value]
+    record = {"case": raw["case"], "world": raw["world"], "grad_bytes": raw["model"]["grad_bytes"],
+              "rounds": raw["rounds"], "commit": raw.get("commit"), "dirty": raw.get("dirty"),
+              "measured_at": raw.get("started_at"), "guard": raw.get("guard"), "torch": raw.get("torch")}
     for v, iv in intervals.items():
         record[f"{v}_ms"] = _ms(iv.median)
         record[f"{v}_ci_ms"] = [_ms(iv.low), _ms(iv.high)]
-    record["speedup"] = round(default.median / hook.median, 3)
+    record["speedup"] = speedup(intervals, Variant.DEFAULT, Variant.CLIENT)
+    record["speedup_mpi_plan"] = speedup(intervals, Variant.DEFAULT, Variant.MPI)
     if Variant.SEQUENTIAL.value in intervals:
-        record["pipelining_speedup"] = round(intervals[Variant.SEQUENTIAL.value].median / hook.median, 3)
-    record["hook_vs_default"] = ("faster beyond noise" if faster_beyond_noise(hook, default)
-                                 else "slower beyond noise" if faster_beyond_noise(default, hook) else "within noise")
-    record["params_match"] = all(run["ranks_agree"] and params_close(run["checksum"], reference) for run in raw["runs"])
+        record["pipelining_speedup"] = speedup(intervals, Variant.SEQUENTIAL, Variant.CLIENT)
+    record["hook_vs_default"] = {v.value: verdict(intervals[v.value], default) for v in HOOKED if v.value in intervals}
+    record["bound_speedup"] = bound
+    record["bucket_bytes"] = raw.get("bucket_bytes")
+    record["decisions"] = raw.get("decisions", {})
+    record.update(params_fields(raw))
     return record
+
+
+def params_fields(raw: dict) -> dict:
+    """The case's parameter check: ``params_check`` (elementwise, or checksum for older raw files),
+    ``params_match`` (every run), and per variant the largest difference and share of the tolerance (None for older
+    raw files)."""
+    runs = raw["runs"]
+    fields = {"params_check": raw["params_check"], "params_match": all(run["params_match"] for run in runs),
+              "params_max_diff": None, "params_tol_share": None}
+    if raw["params_check"] == "elementwise":
+        for key in ("params_max_diff", "params_tol_share"):
+            fields[key] = {v: max(r[key] for r in runs if r["variant"] == v) for v in raw["variants"]}
+    return fields
+
+
+def slower_beyond_noise(records: list[dict], variant: Variant) -> int | None:
+    """How many cases' `variant` steps are slower than the default's beyond noise (its 95% interval wholly above the
+    default's); None where no case has the variant."""
+    verdicts = [r["hook_vs_default"][variant.value] for r in records if variant.value in r["hook_vs_default"]]
+    return sum(v == SLOWER for v in verdicts) if verdicts else None
 
 
 def summary(records: list[dict]) -> dict:
     """The summary JSON of the cases' records."""
     speedups = [r["speedup"] for r in records]
+    checksummed = ", ".join(r["case"] for r in records if r["params_check"] != "elementwise")
     return {"cases": records, "speedup_median": round(statistics.median(speedups), 3), "speedup_min": min(speedups),
-            "speedup_max": max(speedups), "params_match": all(r["params_match"] for r in records),
+            "speedup_max": max(speedups),
+            "cases_slower_beyond_noise": slower_beyond_noise(records, Variant.CLIENT),
+            "cases_slower_beyond_noise_mpi_plan": slower_beyond_noise(records, Variant.MPI),
+            "params_match": all(r["params_match"] for r in records),
+            "params_check": f"checksum, not elementwise: {checksummed}" if checksummed else "elementwise",
             "rounds": min(r["rounds"] for r in records)}
 
 
-COLUMNS = ("case", "variant", "step (ms)", "95% interval (ms)", "speedup over default", "speedup over sequential",
-           "params match")
+COLUMNS = ("case", "variant", "step (ms)", "95% interval (ms)", "speedup over default", "vs default",
+           "speedup over sequential", "params match", "largest difference (share of tolerance)")
+
+
+def params_cells(r: dict, v: str) -> tuple[str, str]:
+    """The table's params cells of variant `v` of case record `r`."""
+    if r["params_check"] != "elementwise":
+        return ("yes" if r["params_match"] else "NO") + " (checksums)", "-"
+    diff, share = r["params_max_diff"][v], r["params_tol_share"][v]
+    return ("yes" if share <= 1.0 else "NO"), f"{diff:.1e} ({share:.2g})"
 
 
 def table_rows(records: list[dict]) -> list[tuple[str, ...]]:
@@ -316,19 +575,73 @@ def table_rows(records: list[dict]) -> list[tuple[str, ...]]:
         for v in Variant:
             if f"{v.value}_ms" in r:
                 low, high = r[f"{v.value}_ci_ms"]
-                vs_sequential = f"{r['pipelining_speedup']:.2f}" if v is Variant.P2SYNTH and "pipelining_speedup" in r else ""
+                pipelining = r.get("pipelining_speedup") if v is Variant.CLIENT else None
+                vs_sequential = "" if pipelining is None else f"{pipelining:.2f}"
                 rows.append((r["case"], v.value, f"{r[f'{v.value}_ms']:.1f}", f"[{low:.1f}, {high:.1f}]",
-                             f"{r['default_ms'] / r[f'{v.value}_ms']:.2f}", vs_sequential, "yes" if r["params_match"] else "NO"))
+                             f"{r['default_ms'] / r[f'{v.value}_ms']:.2f}", r["hook_vs_default"].get(v.value, ""),
+                             vs_sequential, *params_cells(r, v.value)))
     return rows
 
 
-def from_raw(paths: list[Path]) -> list[dict]:
-    """The case records of the raw files, in order; UsageError on an unreadable file or a repeated case."""
+def notes(records: list[dict]) -> list[str]:
+    """The lines under the table, one per case and one per hook variant with guard decisions: what was measured,
+    when, the guard, the bound speedup and what the guard kept."""
+    lines = []
+    for r in records:
+        if r["params_check"] != "elementwise":
+            lines.append(f"- {r['case']}: a raw file of an older bench_ddp: no commit or times recorded; parameters "
+                         f"checked by checksums only, not elementwise; {bound_text(r)}")
+            continue
+        commit = (r["commit"] or "unknown")[:12] + (" (dirty)" if r["dirty"] else "")
+        lines.append(f"- {r['case']}: commit {commit}, measured {r['measured_at']}; guard {r['guard']}; "
+                     f"torch {r['torch']}; {bound_text(r)}")
+        for v, decided in r["decisions"].items():
+            if decided:
+                said = "; ".join(f"{n} bytes: {json.dumps(d, sort_keys=True)}" for n, d in decided.items())
+                lines.append(f"  - {v} hook's guard (rank 0): {said}")
+    return lines
+
+
+def bound_text(r: dict) -> str:
+    """The bound speedup as a note says it."""
+    if r["bound_speedup"] is None:
+        return "bound speedup unknown (no spec)"
+    buckets = "the buckets" if r["bucket_bytes"] else "the whole gradient as one bucket"
+    return f"the all-reduce's bound speedup {r['bound_speedup']:.3f} (over {buckets})"
+
+
+def read_raw(path: Path) -> dict:
+    """The raw file's JSON object; UsageError where it is none."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: not a raw file of scripts.bench_ddp ({one_line(e)})") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: not a raw file of scripts.bench_ddp (not a JSON object)")
+    return raw
+
+
+def case_bound(raw: dict, raw_path: Path, spec: Path | None) -> float | None:
+    """The case's bound speedup on `spec` (None: the one :func:`find_spec` finds), over the raw file's buckets or the
+    whole gradient; None without a spec."""
+    spec = spec or find_spec(raw, raw_path)
+    if spec is None:
+        return None
+    buckets = raw.get("bucket_bytes") or [raw["model"]["grad_bytes"]]
+    return bound_speedup(spec_hierarchy(spec, raw["world"]), buckets)
+
+
+def from_raw(paths: list[Path], specs: list[Path] | None = None) -> list[dict]:
+    """The case records of the raw files, in order (`specs`: one per raw file, else each found); UsageError on an
+    unreadable file or spec, or a repeated case."""
     records = []
-    for path in paths:
+    for i, path in enumerate(paths):
+        raw = read_raw(path)
         try:
-            records.append(case_record(json.loads(path.read_text())))
-        except (OSError, ValueError, KeyError, TypeError, StopIteration) as e:
+            records.append(case_record(raw, case_bound(raw, path, specs[i] if specs else None)))
+        except UsageError:
+            raise
+        except (ValueError, KeyError, TypeError, StopIteration) as e:
             raise UsageError(f"{path}: not a raw file of scripts.bench_ddp ({one_line(e)})") from None
     names = [r["case"] for r in records]
     if len(set(names)) != len(names):
@@ -344,13 +657,18 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--from-raw", type=Path, nargs="+", metavar="RAW", help="rebuild the table and summary from raw files")
     p.add_argument("--markdown", type=Path, help="with --from-raw: write the table as Markdown here")
     p.add_argument("--summary", type=Path, help="with --from-raw: write the summary JSON here")
-    p.add_argument("--plan", type=Path, help="the (tuned) plan file the hook runs")
+    p.add_argument("--spec", type=Path, nargs="+", metavar="SPEC",
+                   help="the case's spec, for the bound speedup (default: <plan>.spec.json beside the plan); with "
+                        "--from-raw one per raw file")
+    p.add_argument("--plan", type=Path, help="the plan tuned on the client's backend (variant client)")
+    p.add_argument("--mpi-plan", type=Path, help="the plan tuned with Open MPI (variant mpi; none without it)")
+    p.add_argument("--guard", choices=("on", "off"), default="on", help="the hook's guard (default on)")
     p.add_argument("--out", type=Path, help="the raw JSON (rank 0 writes it)")
     p.add_argument("--case", default=None, help="the case's name in the table (default: N ranks)")
     p.add_argument("--placement", type=int, default=0, help="the plan's placement (default 0)")
     p.add_argument("--request", default="grad_allreduce", help="the plan's request (default grad_allreduce)")
-    p.add_argument("--variants", type=lambda t: [Variant(v).value for v in t.split(",")],
-                   default=[v.value for v in Variant], help="comma separated (default default,p2synth,sequential)")
+    p.add_argument("--variants", type=lambda t: [Variant(v).value for v in t.split(",")], default=None,
+                   help="comma separated (default default,client and mpi with --mpi-plan; sequential on request)")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per run (default 2)")
@@ -365,18 +683,36 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--master-addr", help="rank 0's address (default: its --ifname address, sent over MPI)")
     p.add_argument("--master-port", type=int, default=0, help="the store's port (default: a free one, sent over MPI)")
     args = p.parse_args(argv)
-    if args.from_raw is None:
-        if args.plan is None or args.out is None:
-            raise UsageError("give --plan PLAN and --out RAW to measure, or --from-raw RAW... to rebuild the table")
-        if not args.plan.is_file():
-            raise UsageError(f"--plan {args.plan}: no such file")
-        if min(args.rounds, args.steps) < 1 or args.warmup < 0 or min(args.mib, args.width, args.batch) < 1:
-            raise UsageError("--rounds, --steps, --mib, --width and --batch must be positive, --warmup not negative")
-        if Variant.DEFAULT.value not in args.variants or Variant.P2SYNTH.value not in args.variants:
-            raise UsageError("--variants must include default and p2synth")
-        args.layers = args.layers or math.ceil(args.mib * 2**20 / (4 * args.width * (args.width + 1)))
-        args.ifname = args.ifname or default_ifname()
+    if args.from_raw is not None:
+        if args.spec is not None and len(args.spec) != len(args.from_raw):
+            raise UsageError(f"--spec: give one per raw file ({len(args.from_raw)}), not {len(args.spec)}")
+        return args
+    check_measure_args(args)
     return args
+
+
+def check_measure_args(args) -> None:
+    """Complete and check the arguments of a measurement; UsageError on bad ones."""
+    if args.plan is None or args.out is None:
+        raise UsageError("give --plan PLAN and --out RAW to measure, or --from-raw RAW... to rebuild the table")
+    for option, path in (("--plan", args.plan), ("--mpi-plan", args.mpi_plan)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{option} {path}: no such file")
+    if min(args.rounds, args.steps) < 1 or args.warmup < 0 or min(args.mib, args.width, args.batch) < 1:
+        raise UsageError("--rounds, --steps, --mib, --width and --batch must be positive, --warmup not negative")
+    if args.variants is None:
+        args.variants = [Variant.DEFAULT.value, Variant.CLIENT.value] + ([Variant.MPI.value] if args.mpi_plan else [])
+    if Variant.DEFAULT.value not in args.variants or Variant.CLIENT.value not in args.variants:
+        raise UsageError("--variants must include default and client")
+    if len(set(args.variants)) != len(args.variants):
+        raise UsageError("--variants names a variant twice")
+    if Variant.MPI.value in args.variants and args.mpi_plan is None:
+        raise UsageError("--variants mpi needs --mpi-plan PLAN")
+    if args.spec is not None and (len(args.spec) != 1 or not args.spec[0].is_file()):
+        raise UsageError(f"--spec {' '.join(map(str, args.spec))}: give one spec file")
+    args.spec = args.spec[0] if args.spec else spec_beside(args.plan) if spec_beside(args.plan).is_file() else None
+    args.layers = args.layers or math.ceil(args.mib * 2**20 / (4 * args.width * (args.width + 1)))
+    args.ifname = args.ifname or default_ifname(os.environ)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -385,10 +721,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.from_raw is not None:
-            records = from_raw(args.from_raw)
+            records = from_raw(args.from_raw, args.spec)
             console().print(rich_table(COLUMNS, table_rows(records), text_columns=2))
+            print("\n".join(notes(records)))
             if args.markdown:
-                write_text_atomic(markdown(COLUMNS, table_rows(records)) + "\n", args.markdown)
+                write_text_atomic(markdown(COLUMNS, table_rows(records)) + "\n\n" + "\n".join(notes(records)) + "\n",
+                                  args.markdown)
             if args.summary:
                 write_json_atomic(summary(records), args.summary)
             return 0
