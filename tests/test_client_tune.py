@@ -148,3 +148,22 @@ def test_a_misplaced_element_of_a_candidate_fails_the_job(plan_path, tmp_path):
     for request in doc["placements"][0]["requests"]:
         assert request["default"]["wrong"] == 0
         assert all(p["wrong"] >= 2 for p in request["programs"] if "measured_s" in p and p["steps"] != request["default"]["steps"])
+
+
+@pytest.mark.parametrize("wins,picked", [(9, 1), (8, 1), (7, 0)])
+def test_the_pick_leaves_ddps_all_reduce_only_under_the_paired_sign_test(plan_path, monkeypatch, wins, picked):
+    # candidate 1 is 10% faster by its median, but wins only `wins` of the 9 paired rounds; 8 are needed at 5%
+    _, tasks, _ = client_tune.prepare(args_for(plan_path, "--top", "1"), WORLD)
+    default = [1.0] * 9
+    faster = [0.9] * wins + [1.1] * (9 - wins)
+    rounds = [default, faster]
+
+    def fake_time(task, runners, chosen, config, reverse=False):
+        return [Measured(tuple(rounds[i]), median_interval(rounds[i])) for i in chosen], [0] * len(chosen)
+    monkeypatch.setattr(client_tune, "check_exact", lambda task, runners, rank, world: [0, 0])
+    monkeypatch.setattr(client_tune, "time_candidates", fake_time)
+    outcome = client_tune.tune_size(tasks[0], None, None, 1, 0.02, 0, WORLD)
+    assert outcome.picked == picked
+    validation = client_tune.validate_size(tasks[0], outcome, None, client_tune.TimingConfig(repeats=9))
+    assert [p["role"] for p in validation["programs"]] == (["default", "pick"] if picked else ["default", "runner-up"])
+    assert validation["confirmed"] == bool(picked)

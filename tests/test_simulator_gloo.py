@@ -3,7 +3,6 @@ hand-computed steps, Z3 minimising it exactly, no program below the lower bound,
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import subprocess
@@ -16,11 +15,9 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, R
 from p2synth.hierarchies import abstract
 from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.solver.cost import step_seconds
-from p2synth.solver.costtogo import cost_to_go
 from p2synth.solver.simulator import Simulator
-from p2synth.solver.stepcosts import edge_costs
-from p2synth.solver.topn import cheapest_programs
 from tests import test_bound
+from tests.test_simulator import assert_z3_ranks_as_the_search
 
 AR, RS, AG, R, B, A2A, SR = Collective
 GLOO = CollectiveLibrary.GLOO
@@ -120,23 +117,13 @@ def test_all_to_all_and_send_recv_keep_the_shared_terms():
 def test_z3_minimises_the_gloo_terms_exactly():
     """node 2 x core 2 (small and large), node 4 x core 2 and rack 2 x node 2 x core 2 under gloo: Z3's top 3 over
     the sketch cost what the explicit search's top 3 cost, and Z3's unsat proves that list."""
-    from p2synth.encodings.programs import ProgramSketch
-    from p2synth.hierarchies.statespace import state_space
     rack = Hierarchy(levels=(Level(name="rack", count=2, bandwidth_GBps=0.5, uplink_GBps=0.5, latency_us=30.0, duplex_efficiency=0.7),
                              Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
                              Level(name="core", count=2, bandwidth_GBps=10.0, latency_us=1.0)), reduce_GBps=2.0, library=GLOO)
     three = Placement(rack, (Axis(name="data", size=8),), ((2, 2, 2),))
     cases = ([(_two_level(), op, m) for op in (AR, RS, R, B) for m in (16384.0, float(1 << 24))]
              + [(_two_level(nodes=4), AR, float(1 << 24)), (three, AR, float(1 << 24)), (three, RS, 65536.0)])
-    for p, op, m in cases:
-        n = len(Request(frozenset({0}), op).reduced_cells(p))
-        model = Simulator(p, Request(frozenset({0}), op), m)
-        costs = edge_costs(state_space(op, n), model)
-        found = cheapest_programs(costs, cost_to_go(costs, 3), 3)
-        z3_top = ProgramSketch(op, n, 3, model.step_time).top(3)
-        assert [round(r.cost, 12) for r in z3_top] == [round(c, 12) for c, _ in found[:len(z3_top)]], (p, op, m)
-        ranked, proved = ProgramSketch(op, n, 3, model.step_time).prove_top([prog for _, prog in found])
-        assert proved
+    assert_z3_ranks_as_the_search(cases)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
