@@ -175,8 +175,8 @@ def test_an_older_raw_file_reads_with_its_parameters_said_checked_by_checksums(t
             "--summary", str(tmp_path / "s.json")]
     assert bench_ddp.main(argv) == 0
     table = (tmp_path / "t.md").read_text()
-    assert "| old | client | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise | 1.25 | yes (checksums) | - |" in table
-    assert "| bad | client | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise |  | NO (checksums) | - |" in table
+    assert "| old | mpi | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise | 1.25 | yes (checksums) | - |" in table
+    assert "| bad | mpi | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise |  | NO (checksums) | - |" in table
     assert ("- old: a raw file of an older bench_ddp: no commit or times recorded; parameters checked by checksums "
             "only, not elementwise; bound speedup unknown (no spec)") in table
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -184,20 +184,23 @@ def test_an_older_raw_file_reads_with_its_parameters_said_checked_by_checksums(t
     first = summary["cases"][0]
     assert (first["commit"], first["measured_at"], first["params_check"], first["params_max_diff"]) == (
         None, None, "checksum", None)
-    assert (first["speedup"], first["pipelining_speedup"]) == (1.49, 1.245)
+    # an older raw file's hook ran the plan runtime.tune tuned with Open MPI: the mpi variant, no client one
+    assert (first["speedup"], first["speedup_mpi_plan"], first["pipelining_speedup"]) == (None, 1.49, 1.245)
+    assert (summary["speedup_median"], summary["cases_slower_beyond_noise"]) == (None, None)
 
 
 def test_the_committed_raw_files_of_the_older_bench_ddp_still_give_their_committed_figures():
-    """docs/measurements/ddp/*.raw.json predate the elementwise check: read as older raw files, they give the
-    committed ddp-summary.json's step times and speedups, their parameters said checked by checksums, and the
-    bound speedups of their specs (the whole gradient taken as one bucket)."""
-    committed = json.loads((DOCS / "ddp-summary.json").read_text())
-    raws = [DOCS / "ddp" / f"{case}.raw.json" for case in ("4x2-1gbit", "2x2x2-1gbit-400mbit")]
+    """docs/measurements/ddp/before/*.raw.json (the measurement before issue 31) predate the elementwise check: read
+    as older raw files, they give that run's ddp-summary.json's step times and speedups (its hook variant, p2synth,
+    ran the Open MPI-tuned plan: mpi), their parameters said checked by checksums, and the bound speedups of their
+    specs (the whole gradient taken as one bucket)."""
+    committed = json.loads((DOCS / "ddp" / "before" / "ddp-summary.json").read_text())
+    raws = [DOCS / "ddp" / "before" / f"{case}.raw.json" for case in ("4x2-1gbit", "2x2x2-1gbit-400mbit")]
     records = bench_ddp.from_raw(raws)
     for record, old in zip(records, committed["cases"]):
-        assert (record["case"], record["default_ms"], record["client_ms"], record["sequential_ms"]) == (
+        assert (record["case"], record["default_ms"], record["mpi_ms"], record["sequential_ms"]) == (
             old["case"], old["default_ms"], old["p2synth_ms"], old["sequential_ms"])
-        assert (record["speedup"], record["pipelining_speedup"], record["params_match"]) == (
+        assert (record["speedup_mpi_plan"], record["pipelining_speedup"], record["params_match"]) == (
             old["speedup"], old["pipelining_speedup"], old["params_match"])
         assert (record["params_check"], record["commit"], record["bucket_bytes"]) == ("checksum", None, None)
     assert [r["bound_speedup"] for r in records] == [pytest.approx(1.17, abs=0.01), pytest.approx(1.75, abs=0.01)]
@@ -272,7 +275,7 @@ def test_spec_given_on_the_command_line_wins_and_a_wrong_one_is_one_line(tmp_pat
 
 @pytest.mark.parametrize(("cases", "message"), [
     ([CASES[0], CASES[0]], "a case appears twice in the raw files: ['4x2-1gbit', '4x2-1gbit']"),
-    ([raw_case("x", {"default": 0.3, "sequential": 0.2})], "not a raw file of scripts.bench_ddp (a case needs the variants default and client)"),
+    ([raw_case("x", {"default": 0.3})], "not a raw file of scripts.bench_ddp (a case needs the variant default and a hook variant)"),
     ([{"case": "x"}], "not a raw file of scripts.bench_ddp ('runs')"),
     ([[1, 2]], "not a raw file of scripts.bench_ddp (not a JSON object)"),
 ])
@@ -437,3 +440,4 @@ def test_the_training_loop_runs_every_variant_in_every_round_with_the_same_param
     assert all(len(r["step_s"]) == 2 and min(r["step_s"]) > 0 and r["params_match"] for r in data["runs"])
     assert all(r["params_tol_share"] < 0.01 and r["started_at"] >= data["started_at"] for r in data["runs"])
     assert bench_ddp.case_record(data)["params_match"]
+
