@@ -1,7 +1,8 @@
 """The gloo step probe: how long each of gloo's collectives takes on a ``nodes x ranks-per-node`` layout.
 
-Behind ``docs/measurements/ddp/gloo-steps-4x2-1gbit.txt`` (docs/measurements/ddp.md, "Why the hook does not win on
-gloo here"). Every rank joins a gloo job (runtime/torch_dist.py ``init_process_group``), makes the node-level groups
+Behind ``docs/measurements/ddp/gloo-steps-4x2-1gbit.txt`` (before issue 31, 64 MiB) and the
+``docs/measurements/ddp/gloo-steps-<case>.json`` runs that docs/measurements/ddp.md, "How well the gloo model
+predicts", cites. Every rank joins a gloo job (runtime/torch_dist.py ``init_process_group``), makes the node-level groups
 (one member per node: the ranks with the same local index) and the core-level groups (the ranks of one node) with
 ``dist.new_group``, then times, on float32 buffers of ``--size`` bytes per rank:
 

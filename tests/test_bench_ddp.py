@@ -246,11 +246,11 @@ def test_the_spec_is_the_raw_files_else_beside_its_plan_else_named_after_the_cas
     named = write_spec(folder / "c.spec.json", NOMINAL["4x2"])
     assert bench_ddp.find_spec(raw, folder / "c.raw.json") == named
     beside = write_spec(folder / "p.spec.json", NOMINAL["4x2"])
-    assert bench_ddp.find_spec({**raw, "plan": "plans/p.tuned.json"}, folder / "c.raw.json") == beside
+    assert bench_ddp.find_spec({**raw, "plan": str(Path("plans") / "p.tuned.json")}, folder / "c.raw.json") == beside
     given = write_spec(tmp_path / "given.spec.json", NOMINAL["2x2x2"])
     assert bench_ddp.find_spec({**raw, "spec": str(given)}, folder / "c.raw.json") == given
     for plan in ("x.plan.json", "x.tuned.json", "x.client-tuned.json", "x.gloo.plan.json"):
-        assert bench_ddp.spec_beside(Path("d") / plan) == Path("d/x.spec.json")
+        assert bench_ddp.spec_beside(Path("d") / plan) == Path("d") / "x.spec.json"
 
 
 def test_spec_given_on_the_command_line_wins_and_a_wrong_one_is_one_line(tmp_path, capsys):
