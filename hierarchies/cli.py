@@ -113,6 +113,17 @@ def count_argument(minimum: int) -> Callable[[str], int]:
     return convert
 
 
+def fraction_argument(text: str) -> float:
+    """An argparse ``type=`` for a fraction in [0, 1), with a one-line error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
+    return value
+
+
 def enum_argument(kind: type[Enum]) -> Callable[[str], Enum]:
     """An argparse ``type=`` for the values of the string enum `kind`, with argparse's one-line "invalid choice" error."""
 

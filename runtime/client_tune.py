@@ -56,7 +56,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, count_argument, write_json_atomic
+from p2synth.hierarchies.cli import (EXIT_USAGE, ArgumentParser, UsageError, count_argument, fraction_argument,
+                                     write_json_atomic)
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.data import TaggedData, element_count, reduction_group
@@ -65,10 +66,10 @@ from p2synth.runtime.plan import Selection, select
 from p2synth.runtime.stats import CONFIDENCE, LEVEL, MIN_GAIN, pick
 from p2synth.runtime.timing import TimingConfig
 from p2synth.runtime.torch_dist import TorchWorld, init_process_group, rank_and_world
-from p2synth.runtime.tune import Outcome, Task, _fraction, tuned_document
+from p2synth.runtime.tune import Outcome, Task, tuned_document
 from p2synth.runtime.validate import verdict
-from p2synth.solver.exports.buckets import HookError, bucket_plan
-from p2synth.solver.exports.ddp import load_module, reduce_bucket
+from p2synth.solver.exports.buckets import BucketPlan, HookError, bucket_plan
+from p2synth.solver.exports.ddp import ddp_all_reduce, load_module, own_group, reduce_bucket
 from p2synth.solver.exports.planning import ExportRequest
 from p2synth.solver.exports.to_torch import export_torch
 
@@ -89,7 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=count_argument(1), default=2, help="timed runs per candidate and round (default 2)")
     p.add_argument("--repeats", type=count_argument(2), default=9, help="interleaved rounds (default 9: the sign test then needs 8 wins)")
     p.add_argument("--validate-repeats", type=count_argument(0), default=None, help="new rounds judging the pick (default: --repeats; 0: none)")
-    p.add_argument("--min-gain", type=_fraction, default=MIN_GAIN, help="leave the default only for a program faster by at least this fraction (default 0.02)")
+    p.add_argument("--min-gain", type=fraction_argument, default=MIN_GAIN, help="leave the default only for a program faster by at least this fraction (default 0.02)")
     p.add_argument("--ifname", default=None, help="the network interface gloo and the rendezvous use (default: GLOO_SOCKET_IFNAME, or the only one besides lo)")
     args = p.parse_args(argv)
     if args.validate_repeats is None:
@@ -107,9 +108,9 @@ class SizeTask:
     multiples: tuple[int, ...]  # per candidate: element count a bucket is padded to a multiple of
 
 
-def prepare(args: argparse.Namespace, world_size: int) -> tuple[PlanFile, list[SizeTask], str]:
-    """Load the plan, the hook's sizes and their candidates (each checked by the concrete semantics), and the
-    module's source; PlanFileError / HookError (one line) if anything is off."""
+def prepare(args: argparse.Namespace, world_size: int) -> tuple[PlanFile, BucketPlan, list[SizeTask], str]:
+    """Load the plan, the hook's programs (its BucketPlan), every size's candidates (each checked by the concrete
+    semantics), and the module's source; PlanFileError / HookError (one line) if anything is off."""
     plan = load_plan_file(args.plan)
     require_out_folder(args.out)
     buckets = bucket_plan(plan, args.placement, args.request)
@@ -131,7 +132,7 @@ def prepare(args: argparse.Namespace, world_size: int) -> tuple[PlanFile, list[S
             names.append(name)
             multiples.append(sized.group_size * c.program.pipeline)
         tasks.append(SizeTask(sel, sized.message_bytes, tuple(names), tuple(multiples)))
-    return plan, tasks, export_torch(buckets.placement, requests)
+    return plan, buckets, tasks, export_torch(buckets.placement, requests)
 
 
 @dataclass
@@ -147,15 +148,8 @@ class Runners:
     def reduction(self, function: str | None, multiple: int, divisor: int) -> Callable[[], Any]:
         """A function reducing a flat tensor in place as the hook does: divided by `divisor` first (1: a plain sum,
         for the exact check on int64 data), then DDP's own all-reduce (`function` None) or the module's function."""
-        import torch.distributed as dist
-
         if function is None:
-            def default(x):
-                if divisor != 1:
-                    x.div_(divisor)
-                dist.all_reduce(x, group=self.group)
-                return x
-            return default
+            return lambda x: ddp_all_reduce(x, self.group, divisor)
         fn = self.module.REQUESTS[function]
         return lambda x: reduce_bucket(x, fn, self.mesh, multiple, divisor)
 
@@ -167,11 +161,9 @@ class Runners:
             torch.cuda.synchronize()
 
 
-def connect(source: str, tasks: list[SizeTask], backend: str, rank: int, world_size: int) -> Runners:
+def connect(source: str, buckets: BucketPlan, backend: str, rank: int, world_size: int) -> Runners:
     """Load the exported module, build its mesh, and make the rank's reduction group (collective: every rank makes
-    every group, in the same order)."""
-    import torch.distributed as dist
-
+    every group, in the same order, as the hook's guard does)."""
     module = load_module(source, "p2synth_client_tune")
     device = "cuda" if backend == "nccl" else "cpu"
     if device == "cuda":
@@ -179,14 +171,8 @@ def connect(source: str, tasks: list[SizeTask], backend: str, rank: int, world_s
 
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1))))
     mesh = module.build_mesh(device)
-    sel = tasks[0].selection
-    members = {tuple(sorted(reduction_group(sel.placement, sel.request, r).members)) for r in range(world_size)}
-    mine = None
-    for ranks in sorted(members):
-        group = dist.new_group(list(ranks))
-        if rank in ranks:
-            mine = group
-    return Runners(module, mesh, mine, len(next(iter(members))), device)
+    group_size = buckets.sizes[0].group_size
+    return Runners(module, mesh, own_group(buckets, world_size, rank), group_size, device)
 
 
 def check_exact(task: SizeTask, runners: Runners, rank: int, world_size: int) -> list[int]:
@@ -288,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         _, world_size = rank_and_world(os.environ)
-        plan, tasks, source = prepare(args, world_size)
+        plan, buckets, tasks, source = prepare(args, world_size)
         try:
             import torch
         except ImportError:
@@ -298,17 +284,18 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return _run(args, plan, tasks, source, backend)
+    return _run(args, plan, buckets, tasks, source, backend)
 
 
-def _run(args: argparse.Namespace, plan: PlanFile, tasks: list[SizeTask], source: str, backend: str) -> int:
+def _run(args: argparse.Namespace, plan: PlanFile, buckets: BucketPlan, tasks: list[SizeTask], source: str,
+         backend: str) -> int:
     """Join the job, tune every size, validate, write the plan (rank 0); the exit status."""
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     rank, world_size = init_process_group(backend, args.ifname)
-    runners = connect(source, tasks, backend, rank, world_size)
+    runners = connect(source, buckets, backend, rank, world_size)
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     outcomes, validations = [], []
     for task in tasks:

@@ -56,7 +56,7 @@ from mpi4py import MPI
 from rich.console import Console
 from rich.progress import Progress
 
-from p2synth.hierarchies.cli import count_argument, enum_argument, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.cli import count_argument, enum_argument, fraction_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.runtime.backends import BackendKind
 from p2synth.runtime.bench import Job, Runner, mismatches
@@ -76,16 +76,6 @@ REFIT_MAX_BYTES = 16 * MiB  # the refit's ping-pong stops here (or at the larges
 REFIT_MIN_BYTES = 64 * 1024  # ... and never below this (the bandwidth fit needs large messages)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; UsageError on a bad one."""
     p = RankZeroParser(prog="python -m runtime.tune", description=__doc__.split("\n")[0])
@@ -97,7 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=count_argument(1), default=5, help="timed runs per repeat (default 5)")
     p.add_argument("--repeats", type=count_argument(2), default=9, help="interleaved repeats per program (default 9: the 95%% interval "
                    "is then the 2nd to 8th fastest; from 6 on an interval reaches 95%%)")
-    p.add_argument("--min-gain", type=_fraction, default=MIN_GAIN, help="leave the default only for a program faster by "
+    p.add_argument("--min-gain", type=fraction_argument, default=MIN_GAIN, help="leave the default only for a program faster by "
                    "at least this fraction in the paired test (default 0.02)")
     p.add_argument("--hierarchy-out", type=Path, default=None, help="where the refitted hierarchy goes (default OUT with .hierarchy.json)")
     p.add_argument("--no-refit", action="store_true", help="do not measure the levels nor write a refitted hierarchy")

@@ -36,7 +36,7 @@ def args_for(plan_path: Path, *extra: str):
 
 
 def test_the_candidates_are_ddps_all_reduce_then_the_plans_best_programs_per_size(plan_path):
-    plan, tasks, source = client_tune.prepare(args_for(plan_path, "--top", "2"), WORLD)
+    plan, _, tasks, source = client_tune.prepare(args_for(plan_path, "--top", "2"), WORLD)
     assert [t.selection.request_name for t in tasks] == list(SIZES) and [t.nbytes for t in tasks] == [16896, 1 << 20]
     programs = {q.named.name: q.programs for q in plan.placement(0).requests}
     for task in tasks:
@@ -73,7 +73,7 @@ def fake_outcome(task, medians: list[float], picked: int) -> Outcome:
 
 
 def test_the_pick_goes_first_so_the_hook_runs_it_and_a_picked_default_is_ddps_all_reduce(plan_path):
-    plan, tasks, _ = client_tune.prepare(args_for(plan_path), WORLD)
+    plan, _, tasks, _ = client_tune.prepare(args_for(plan_path), WORLD)
     outcomes = [fake_outcome(tasks[0], [1.0, 0.5, 0.9, 0.8], 1), fake_outcome(tasks[1], [1.0, 1.1, 1.2, 1.3], 0)]
     doc = client_tune.tuned_plan(plan, outcomes, [{"pick_over_default": 0.5}, None], {"client": "torch"}, 0)
     tuned = load_plan_file_from(doc, plan_path)
@@ -153,7 +153,7 @@ def test_a_misplaced_element_of_a_candidate_fails_the_job(plan_path, tmp_path):
 @pytest.mark.parametrize("wins,picked", [(9, 1), (8, 1), (7, 0)])
 def test_the_pick_leaves_ddps_all_reduce_only_under_the_paired_sign_test(plan_path, monkeypatch, wins, picked):
     # candidate 1 is 10% faster by its median, but wins only `wins` of the 9 paired rounds; 8 are needed at 5%
-    _, tasks, _ = client_tune.prepare(args_for(plan_path, "--top", "1"), WORLD)
+    _, _, tasks, _ = client_tune.prepare(args_for(plan_path, "--top", "1"), WORLD)
     default = [1.0] * 9
     faster = [0.9] * wins + [1.1] * (9 - wins)
     rounds = [default, faster]

@@ -88,8 +88,8 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
 
 
 def own_group(buckets: BucketPlan, world_size: int, rank: int) -> Any:
-    """A new process group of the ranks `rank` reduces with, for the guard alone (collective over the world: every
-    rank creates every reduction group, in the same order, and keeps its own)."""
+    """A new process group of the ranks `rank` reduces with (the guard's, and the client tuner's DDP all-reduce);
+    collective over the world: every rank creates every reduction group, in the same order, and keeps its own."""
     import torch.distributed as dist
 
     mine = None
@@ -188,8 +188,6 @@ class PlanHook:
 
     def _reduce(self, buffer: Any, sized: SizedProgram) -> None:
         """Average `buffer` with the plan's program, or, as the guard says, DDP's all-reduce, timing its trials."""
-        import torch.distributed as dist
-
         if self._guard is None:
             reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
             return
@@ -199,7 +197,7 @@ class PlanHook:
         if ran is Reduction.PLAN:
             reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
         else:
-            dist.all_reduce(buffer.div_(self._divisor), group=self._guard_group)
+            ddp_all_reduce(buffer, self._guard_group, self._divisor)
         if buffer.is_cuda:
             import torch
 
@@ -220,6 +218,17 @@ class PlanHook:
         times = torch.tensor(local, dtype=torch.float64)
         dist.all_reduce(times, op=dist.ReduceOp.MAX, group=self._guard_group)
         return times.tolist()
+
+
+def ddp_all_reduce(buffer: Any, group: Any, divisor: int) -> Any:
+    """What DDP's own all-reduce hook computes, in place: `buffer` divided by `divisor` (1: not divided), then
+    ``dist.all_reduce`` over `group`."""
+    import torch.distributed as dist
+
+    if divisor != 1:
+        buffer.div_(divisor)
+    dist.all_reduce(buffer, group=group)
+    return buffer
 
 
 def reduce_bucket(buffer: Any, function: Callable, mesh: Any, multiple: int, divisor: int) -> Any:
