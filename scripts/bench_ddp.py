@@ -95,7 +95,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -109,6 +108,7 @@ from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval
 from p2synth.runtime.torch_dist import default_ifname, init_process_group, rank_and_world
+from scripts.provenance import checkout_state
 from scripts.tables import console, markdown
 from scripts.tables import table as rich_table
 
@@ -185,22 +185,6 @@ def round_order(variants: list[Variant], r: int) -> list[Variant]:
 def utc_now() -> str:
     """The time now, UTC, ISO 8601 to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def checkout_state(root: Path) -> dict:
-    """``commit`` (``git rev-parse HEAD`` of the checkout at `root`) and ``dirty`` (whether a tracked file differs
-    from it); both None where git cannot say. ``safe.directory`` lets root (the testbed runs as root) read a
-    checkout it does not own."""
-    def git(*argv: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-c", f"safe.directory={root}", "-C", str(root), *argv],
-                                  capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit.strip() if commit else None, "dirty": None if status is None else bool(status.strip())}
 
 
 # --- the training loop (torch imported here only) ---------------------------------------------------------------

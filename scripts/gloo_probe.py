@@ -14,8 +14,8 @@ predicts", cites. Every rank joins a gloo job (runtime/torch_dist.py ``init_proc
 * a copy of the whole buffer (``x.clone()``).
 
 Each call runs once untimed, then ``--repeats`` times, each between barriers; a repeat's time is the slowest rank's.
-Rank 0 prints the median of each in ms and writes ``--out`` (JSON: the commit, UTC start and end, torch's version,
-the layout and every repeat). Launch one process per rank::
+Rank 0 prints the median of each in ms and writes ``--out`` (JSON: the commit and whether the checkout was dirty,
+UTC start and end, torch's version, the layout and every repeat). Launch one process per rank::
 
     mpirun -n 8 python -m scripts.gloo_probe --nodes 4 --ranks-per-node 2 --out gloo-steps.json
     python -m scripts.testbed run -- python -m scripts.gloo_probe --out gloo-steps.json
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any
 
 from p2synth.hierarchies.cli import (EXIT_USAGE, ArgumentParser, UsageError, count_argument, one_line, size_argument,
                                      write_json_atomic)
+from scripts.provenance import checkout_state
 
 MiB = 1 << 20
 DTYPE_BYTES = 4  # float32
@@ -118,16 +118,6 @@ def record(meta: dict, records: list[dict]) -> dict:
     return {**meta, "calls": [{**r, "median_s": statistics.median(r["seconds"])} for r in records]}
 
 
-def git_commit() -> str | None:
-    """This checkout's commit (None outside a git checkout)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -187,7 +177,7 @@ def probe(args: Any) -> int:
             seconds.append(float(slowest[0]))
         records.append({"name": call.name, "label": call.label, "group": call.group, "seconds": seconds})
     if rank == 0:
-        meta = {"tool": "scripts.gloo_probe", "commit": git_commit(), "started_utc": started, "finished_utc": utc_now(),
+        meta = {"tool": "scripts.gloo_probe", **checkout_state(), "started_utc": started, "finished_utc": utc_now(),
                 "torch": torch.__version__, "backend": "gloo", "dtype": "float32", "bytes_per_rank": size,
                 "repeats": args.repeats,
                 "layout": {"nodes": nodes, "ranks_per_node": per_node, "world": world,
