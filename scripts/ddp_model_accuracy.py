@@ -23,6 +23,7 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line, write_text_atomic
+from p2synth.hierarchies.program import Collective
 from scripts.tables import console, markdown
 from scripts.tables import table as rich_table
 
@@ -31,9 +32,7 @@ COLUMNS = ("case", "bucket (bytes)", "program", "pieces", "predicted (ms)", "mea
 
 def program_text(entry: dict) -> str:
     """A program entry's steps as ``RS(node,core) -> AR(rack)`` (level names of the slices)."""
-    short = {"all_reduce": "AR", "reduce_scatter": "RS", "all_gather": "AG", "reduce": "R", "broadcast": "B",
-             "all_to_all": "A2A", "send_recv": "SR"}
-    return " -> ".join(f"{short.get(s['op'], s['op'])}({','.join(level for _, level in s['slice'])})" for s in entry["steps"])
+    return " -> ".join(f"{Collective(s['op']).short}({','.join(level for _, level in s['slice'])})" for s in entry["steps"])
 
 
 def measured_programs(request: dict) -> list[tuple[str, dict]]:
