@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from p2synth.hierarchies.cli import ArgumentParser, UsageError, size_argument
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, size_argument, write_text_atomic
 from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy, Level
 from p2synth.runtime.calibration import (  # the measuring and the fit live in the runtime, which the tuner shares
     LARGE,
@@ -156,8 +156,8 @@ def calibrate(args: argparse.Namespace, h: Hierarchy, bench: Bench, world: int, 
         fitted = fitted_hierarchy(h, results, args.name, reduce_GBps, library)
         out = Path(args.out)
         raw = Path(args.raw) if args.raw else out.with_suffix(".calibration.json")
-        out.write_text(fitted.model_dump_json(indent=2, exclude_none=True) + "\n")
-        raw.write_text(json.dumps({
+        write_text_atomic(fitted.model_dump_json(indent=2, exclude_none=True) + "\n", out)
+        write_text_atomic(json.dumps({
             "hierarchy_in": json.loads(h.model_dump_json(exclude_none=True)),
             "hierarchy_out": str(out), "ranks": world, **runs_on,
             "iters": args.iters, "small_iters": args.small_iters, "warmup": args.warmup,
@@ -166,7 +166,7 @@ def calibrate(args: argparse.Namespace, h: Hierarchy, bench: Bench, world: int, 
                        "rank0_alone_GBps": significant(reduce_alone / 1e9),
                        "all_at_once_per_rank_GBps": [significant(r / 1e9) for r in reduce_rates],
                        "all_at_once_median_GBps": significant(reduce_GBps)},
-        }, indent=2) + "\n")
+        }, indent=2) + "\n", raw)
         console(stderr=True).print(report(h, fitted, results))
         print(f"reduce (a += b, float32): {reduce_alone / 1e9:.3g} GB/s for one rank alone, {reduce_GBps:.3g} GB/s "
               f"per rank with all {world} at once", file=sys.stderr)
