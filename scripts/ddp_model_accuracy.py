@@ -8,7 +8,8 @@ one all-reduce over the group) and the programs the tuner timed, each with the s
 the plan's hierarchy: its ``library`` and calibrated figures) and the tuner's median ``measured_s``. Per program the
 table gives both and their ratio; per size, whether the model ranks the measured-fastest first, and the Spearman
 rank correlation of predicted and measured times (over 4 programs it takes the values -1 to 1 in steps of 0.2: a
-small sample, shown, not summarised). The default's entry is listed once per size, even when the tuner picked it and
+small sample, shown, not summarised). The programs are the ones the tuner timed: the model's own best, so the table
+shows how the model prices its picks, not an accuracy on programs chosen without it. The default's entry is listed once per size, even when the tuner picked it and
 the tuned plan lists it among the programs too.
 
 Exit status: 0; 2 an unreadable file, or one the client tuner did not write (one line).
