@@ -29,6 +29,16 @@ from p2synth.hierarchies.program import Collective
 MAX_STATES = 1 << 22  # radix ** cells beyond this is too large to hold as arrays
 
 
+# Arrays of state, step and row indices are 32-bit above this many entries, where they hold most of the search's
+# memory (18.7 million rows for 12 cells folded); 64-bit below, where numpy indexes faster with them.
+NARROW_ABOVE = 1 << 24
+
+
+def index_dtype(count: int) -> type:
+    """The integer type of an index array of `count` entries (NARROW_ABOVE)."""
+    return np.int32 if NARROW_ABOVE < count < 2 ** 31 else np.int64
+
+
 class Status(IntEnum):
     """What has happened to one reduced cell (docs/semantics.md section 4)."""
 
@@ -184,6 +194,13 @@ class StateSpace:
                     offset = sum(step * self.radix ** c for c in range(self.cells) if mask >> c & 1)
                     out.append(StepMoves(move.op, mask, sources, offset, sources + offset))
         return tuple(out)
+
+
+    def case_keys(self, j: int) -> np.ndarray:
+        """Per source state of step `j`, what its cost depends on (``solver.stepcosts.step_cases``):
+        ``scattered | rooted << C | slice << 2C``."""
+        step, C = self.steps[j], self.cells
+        return self.scattered[step.sources] | self.rooted[step.sources] << C | step.mask << 2 * C
 
 
 def _status(state: AbstractState, c: int) -> Status:

@@ -13,8 +13,8 @@ from functools import lru_cache
 
 from p2synth.hierarchies.model import Hierarchy, Level
 from p2synth.hierarchies.placement import Axis, Cell, Placement
-from p2synth.hierarchies.program import Program, Request
-from p2synth.hierarchies.concrete import CheckResult, ConcreteChecker
+from p2synth.hierarchies.program import Collective, Program, Request
+from p2synth.hierarchies.concrete import FINGERPRINTS, WORD_BITS, CheckResult, ConcreteChecker, FingerprintChecker
 
 # Largest devices x chunks simulated directly; beyond it, a miniature.
 DIRECT_LIMIT = 1 << 14
@@ -47,14 +47,43 @@ def miniature(placement: Placement, request: Request) -> Placement:
     return Placement(Hierarchy(name=f"{placement.hierarchy.name}-miniature", levels=levels), axes, matrix)
 
 
+# The exact checker's matrix (devices x chunks x devices/32 words of 8 bytes) up to this size; beyond, fingerprints
+# (hierarchies.concrete.FingerprintChecker: devices x chunks x 2 words of 4 bytes) up to CHECK_BYTES; beyond, refused.
+EXACT_BYTES = 1 << 29
+CHECK_BYTES = 1 << 30
+
+
+class CheckTooLarge(ValueError):
+    """The concrete check of a placement's miniature would hold more than CHECK_BYTES."""
+
+
+def check_bytes(target: Placement, request: Request) -> tuple[int, bool]:
+    """The bytes the concrete check of `target` holds per matrix, and whether it uses fingerprints (the exact
+    matrix would exceed EXACT_BYTES; never for all_to_all, whose chunks are addressed)."""
+    n = target.num_devices
+    chunks = target.group_size(request.reduced_cells(target))
+    if request.collective is Collective.ALL_TO_ALL:
+        return n * chunks * chunks * 4, False
+    exact = n * chunks * -(-n // WORD_BITS) * 8
+    return (exact, False) if exact <= EXACT_BYTES else (n * chunks * FINGERPRINTS * 4, True)
+
+
 class Verifier:
-    """Checks programs for one request on one placement, directly or on its miniature."""
+    """Checks programs for one request on one placement, directly or on its miniature (CheckTooLarge where even the
+    miniature is too large to check)."""
 
     def __init__(self, placement: Placement, request: Request):
         g = placement.group_size(request.reduced_cells(placement))
         self.on_miniature = placement.num_devices * g > DIRECT_LIMIT
         self.target = miniature(placement, request) if self.on_miniature else placement
         self.request = request
+        size, self.fingerprints = check_bytes(self.target, request)
+        if size > CHECK_BYTES:
+            cells = len(request.reduced_cells(placement))
+            raise CheckTooLarge(f"{cells} reduced cells: the concrete check of this placement's "
+                                f"{self.target.num_devices:,}-device miniature would hold {size / 2 ** 30:.1f} GiB, "
+                                f"more than {CHECK_BYTES / 2 ** 30:g} GiB; reduce over fewer cells (at most 13 of "
+                                "factor 2 for a reduction, 9 for all_to_all)")
 
     def check(self, program: Program) -> CheckResult:
         """Run `program` through the concrete per-device semantics (once per target, request and program)."""
@@ -64,7 +93,7 @@ class Verifier:
 
 @lru_cache(maxsize=256)
 def _checker(target: Placement, request: Request) -> ConcreteChecker:
-    return ConcreteChecker(target, request)
+    return (FingerprintChecker if check_bytes(target, request)[1] else ConcreteChecker)(target, request)
 
 
 @lru_cache(maxsize=1 << 16)

@@ -39,7 +39,7 @@ import numpy as np
 
 from p2synth.hierarchies.program import RawProgram
 from p2synth.hierarchies.statespace import StateSpace
-from p2synth.solver.costtogo import Successors, successors_by_state
+from p2synth.solver.costtogo import Successors, by_level, successors_by_state, whole_array
 from p2synth.solver.stepcosts import EdgeCosts
 
 TOLERANCE = 1e-9  # relative: costs closer than this are ties (the same margin as Z3's proof)
@@ -88,12 +88,18 @@ def _check_table(space: StateSpace, table: np.ndarray, values: np.ndarray, combi
     """``table[r][..., s] <= 0`` at a goal, and ``table[r][..., s] <= combine(value, table[r-1][..., s'])`` (within
     `slack`) for every row (step s -> s') of every state: the inequalities the backward dynamic programming of
     ``solver.costtogo`` meets, checked on their own. CertificateError naming the first that fails."""
+    at_a_time = table.ndim == 3 and by_level(values)
+    values = values if at_a_time or table.ndim < 3 else whole_array(values)
     for r in range(table.shape[0]):
         if (table[r][..., space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive {name} bound with {r} steps left")
         if r == 0:
             continue
-        bad = _first_violation(table[r], combine(values, np.take(table[r - 1], rows.target, axis=-1)), rows, slack)
+        if table.ndim == 3 and at_a_time:  # one level at a time: no (levels x rows) temporary
+            bad = next(filter(None, (_first_violation(table[r][level], combine(values[level], table[r - 1][level][rows.target]),
+                                                      rows, slack) for level in range(table.shape[1]))), None)
+        else:
+            bad = _first_violation(table[r], combine(values, np.take(table[r - 1], rows.target, axis=-1)), rows, slack)
         if bad is not None:
             step = space.steps[int(rows.step[bad[1]])]
             raise CertificateError(f"{name} inequality fails in state {bad[0]} with {r} steps left, "
@@ -140,7 +146,7 @@ def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
         if step is None or i >= step.sources.size or step.sources[i] != state:
             raise CertificateError(f"listed program {program} takes a step that is not valid")
         total += costs.step_cost(state, j)
-        state += step.offset
+        state = int(step.targets[i])
     return state, total
 
 
@@ -181,9 +187,9 @@ def check_sum_table(space: StateSpace, table: np.ndarray, values, rows: Successo
     """``table[r][l][s]`` bounds from below the sum of ``values[l]`` over every completion from `s` in at most `r`
     steps: ``table <= 0`` at a goal and ``table[r][l][s] <= values_l(e) + table[r-1][l][s']`` for every step ``e``
     (by induction on `r`); CertificateError naming the first that fails. `values`: levels x rows (or anything
-    indexed so, as ``solver.costtogo.PieceTraffic``)."""
+    indexed so by level, as ``solver.costtogo.PieceTraffic`` and ``LevelValues``)."""
     if table.ndim != 3 or table.shape[2] != space.size or table.shape[1] != values.shape[0]:
         raise CertificateError(f"the {name} table has the wrong shape")
     if np.isnan(table).any():
         raise CertificateError(f"the {name} table holds NaN")
-    _check_table(space, table, values[:, :], np.add, rows, _SLACK, name)
+    _check_table(space, table, values, np.add, rows, _SLACK, name)

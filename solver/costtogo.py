@@ -11,12 +11,13 @@ analogue for the traffic still to come. ``h`` orders the best-first search
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from p2synth.hierarchies.statespace import StateSpace
+from p2synth.hierarchies.statespace import StateSpace, index_dtype
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.stepcosts import EdgeCosts, step_cases
@@ -35,30 +36,27 @@ class Successors:
 
 def successors_by_state(costs: EdgeCosts) -> Successors:
     """The (step, target, weight) rows of every state, in state order (steps in StateSpace order within a state)."""
-    _, offsets, step, target = rows_layout(costs.space)
-    case = _row_cases(costs.space)
+    offsets, step, target, case = rows_layout(costs.space)
     traffic = None if costs.loads is None else np.take(costs.loads, case, axis=1)
     return Successors(offsets, step, target, np.take(costs.values, case), traffic)
 
 
 @lru_cache(maxsize=32)
 def rows_layout(space: StateSpace) -> tuple[np.ndarray, ...]:
-    """How the state space's steps sort into rows by state: the permutation, offsets, step and target of each row."""
+    """How the state space's steps sort into rows by state: the offsets of each state's rows, and the step, target and
+    case (:func:`solver.stepcosts.step_cases`) of each row (32-bit on the largest spaces,
+    ``hierarchies.statespace.index_dtype``)."""
     src = np.concatenate([s.sources for s in space.steps])
-    step = np.concatenate([np.full(s.sources.size, j) for j, s in enumerate(space.steps)])
-    target = np.concatenate([s.targets for s in space.steps])
     order = np.argsort(src, kind="stable")
     offsets = np.searchsorted(src[order], np.arange(space.size + 1))
-    return order, offsets, step[order], target[order]
-
-
-@lru_cache(maxsize=32)
-def _row_cases(space: StateSpace) -> np.ndarray:
-    """The case (:func:`solver.stepcosts.step_cases`) of every row, in row order."""
+    del src
+    narrow = index_dtype(order.size)
+    step = np.concatenate([np.full(s.sources.size, j, dtype=narrow) for j, s in enumerate(space.steps)])[order]
+    target = np.concatenate([s.targets for s in space.steps]).astype(narrow, copy=False)[order]
     cases = step_cases(space)
-    # step-major, as rows_layout's src
-    flat = np.concatenate([s + inv for s, inv in zip(cases.start[:-1], cases.inverse)])
-    return np.take(flat, rows_layout(space)[0])
+    # step-major, as the concatenation `order` sorts
+    case = np.concatenate([(s + inv).astype(narrow, copy=False) for s, inv in zip(cases.start[:-1], cases.inverse)])[order]
+    return offsets, step, target, case
 
 
 @dataclass(frozen=True)
@@ -77,6 +75,44 @@ class PieceTraffic:
 
     def __getitem__(self, key) -> np.ndarray:
         return self.whole[key] / self.pieces
+
+
+@dataclass(frozen=True)
+class LevelValues:
+    """Per level and row, values made one level at a time by `of(level)` (a row array), so that no (levels x rows)
+    array is held at once: what the tables over a large space need to stay within memory."""
+
+    levels: int
+    rows: int
+    of: Callable[[int], np.ndarray]
+    every: Callable[[], np.ndarray]  # all levels at once, as one array (where that is affordable)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(levels, rows)."""
+        return (self.levels, self.rows)
+
+    def __getitem__(self, level: int) -> np.ndarray:
+        return self.of(level)
+
+
+# Per-level tables (traffic, joint) are computed and checked a level at a time above this many level x row entries
+# (256 MiB of float64: 12 cells folded), where a whole (levels x rows) temporary would matter; at once below, where
+# the per-level calls would cost more than they save.
+LEVEL_AT_A_TIME = 1 << 25
+
+
+def by_level(values) -> bool:
+    """Whether tables over `values` (levels x rows) are best handled a level at a time (LEVEL_AT_A_TIME)."""
+    shape = values.shape
+    return len(shape) == 2 and shape[0] * shape[1] > LEVEL_AT_A_TIME
+
+
+def whole_array(values) -> np.ndarray:
+    """`values` (an array, a :class:`PieceTraffic` or a :class:`LevelValues`) as one array."""
+    if isinstance(values, LevelValues):
+        return values.every()
+    return values[:, :] if isinstance(values, PieceTraffic) else values
 
 
 def cost_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = None,
@@ -104,7 +140,8 @@ def traffic_to_go(costs: EdgeCosts, max_steps: int, deadline: Deadline | None = 
 
 
 def sum_to_go(space: StateSpace, values, rows: Successors, max_steps: int, deadline: Deadline | None = None) -> np.ndarray:
-    """``out[r][..., s]``: the least sum of `values` (one per row, or one per level and row) over the completions from
+    """``out[r][..., s]``: the least sum of `values` (one per row, or one per level and row: an array, a
+    :class:`PieceTraffic` or :class:`LevelValues`) over the completions from
     `s` in at most `r` steps, each leading entry (level) minimised on its own: 0 at a goal, inf where no completion
     exists within `r` steps.
 
@@ -115,12 +152,18 @@ def sum_to_go(space: StateSpace, values, rows: Successors, max_steps: int, deadl
     """
     deadline = deadline or Deadline(None)
     lead = values.shape[:-1]
+    at_a_time = by_level(values)
+    values = values if at_a_time else whole_array(values)
     out = np.empty((max_steps + 1,) + lead + (space.size,))
     out[0] = _at_goal(space, lead)
     for r in range(1, max_steps + 1):
         if deadline.expired():
             raise SolverTimeout("explicit search")
-        out[r] = _relax(space, values, rows, out[r - 1])
+        if lead and at_a_time:  # one level at a time (each its own minimum): no (levels x rows) temporary
+            for level in range(lead[0]):
+                out[r][level] = _relax(space, values[level], rows, out[r - 1][level])
+        else:
+            out[r] = _relax(space, values, rows, out[r - 1])
     return out
 
 

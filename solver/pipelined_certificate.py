@@ -23,7 +23,7 @@ import numpy as np
 from p2synth.hierarchies.program import RawProgram
 from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table
 from p2synth.solver.cost import PY, pipelined_seconds
-from p2synth.solver.costtogo import PieceTraffic, Successors, rows_layout, successors_by_state
+from p2synth.solver.costtogo import LevelValues, PieceTraffic, Successors, rows_layout, successors_by_state
 from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, windows
 from p2synth.solver.stepcosts import EdgeCosts
 from p2synth.solver.symmetry import Pair, orbit, swap_mask
@@ -116,7 +116,7 @@ def check_symmetry(space, rows: Sequence[Successors], traffic: np.ndarray, pair:
     if pos is None:
         raise CertificateError(f"swapping cells {a} and {b} does not map the steps onto the steps")
     for r in rows:
-        if not (np.array_equal(r.offsets, layout[1]) and np.array_equal(r.step, layout[2])):
+        if not (np.array_equal(r.offsets, layout[0]) and np.array_equal(r.step, layout[1])):
             raise CertificateError("the rows are not the state space's")
         if not _near_equal(r.weight[pos], r.weight):
             raise CertificateError(f"swapping cells {a} and {b} changes a step's cost")
@@ -136,7 +136,7 @@ def _swapped_rows(space, pair: Pair) -> np.ndarray | None:
     valid there or leads elsewhere than the swapped target. It depends on the state space alone."""
     a, b = pair
     R = space.radix
-    _, offsets, step, target = rows_layout(space)
+    offsets, step, target, _ = rows_layout(space)
     src = np.repeat(np.arange(space.size, dtype=np.int64), np.diff(offsets))
 
     def swapped(states: np.ndarray) -> np.ndarray:
@@ -223,7 +223,9 @@ def _check_joint(space, j: np.ndarray, rows: Successors, pieces: int, max_steps:
     """The joint table's inequalities: ``j[r][l]`` bounds the sum over a completion of each step's stage plus
     :func:`joint_share` times its traffic on level ``l`` (``solver.pipelined.joint_to_go``); those sums over a whole
     program are each at most its cost on `pieces` pieces (the stages are the fill, the share a floor on the periods)."""
-    values = rows.weight[None, :] + joint_share(max_steps, pieces) * rows.traffic[:, :]
+    share, (levels, n) = joint_share(max_steps, pieces), rows.traffic.shape
+    values = LevelValues(levels, n, lambda level: rows.weight + share * rows.traffic[level],
+                         lambda: rows.weight[None, :] + share * rows.traffic[:, :])
     check_sum_table(space, j, values, rows, "joint")
 
 

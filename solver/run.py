@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, write_json_atomic
 from p2synth.hierarchies.plan_file import parse_plan_file
+from p2synth.hierarchies.verify import CheckTooLarge, verifier
 from p2synth.encodings.deadline import Deadline
 from p2synth.solver.exports.formats import ExportFormat, export_placement
 from p2synth.solver.exports.planning import NotExportable
@@ -149,6 +150,7 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         deadline = Deadline(args.timeout)  # the budget starts before the placements are enumerated
         problem = load_problem(args.spec, deadline, args.max_placements)
         _refuse_listing_too_many(problem, args)
+        _refuse_unchecked(problem)
     except UsageError as e:
         err.print(f"error: {e}", markup=False)
         return EXIT_USAGE
@@ -221,6 +223,19 @@ def _refuse_listing_too_many(problem: Problem, args: argparse.Namespace) -> None
             if count > LIST_ALL_LIMIT:
                 raise UsageError(f"--top all: {count} programs within {max_steps} steps per placement is too many to list; "
                                  "use --top N or a smaller max_steps")
+
+
+def _refuse_unchecked(problem: Problem) -> None:
+    """A placement whose programs are too large to check concretely (``hierarchies.verify.CheckTooLarge``):
+    UsageError before anything is solved, naming the placement."""
+    for i, matrix in enumerate(problem.matrices):
+        placement = problem.placement(matrix)
+        for named in problem.requests:
+            if named.request.reduced_cells(placement):
+                try:
+                    verifier(placement, named.request)
+                except CheckTooLarge as e:
+                    raise UsageError(f"placement {i} ({placement.describe()}): {e}") from None
 
 
 def _timeout_line(timeout: float, problem: Problem, result: SweepResult) -> str:

@@ -30,6 +30,7 @@ from p2synth.hierarchies.abstract import count_programs
 from p2synth.hierarchies.bound import lower_bound
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, default_program, to_program, to_raw
+from p2synth.hierarchies.orbitspace import orbit_space
 from p2synth.hierarchies.statespace import state_space, statuses
 from p2synth.hierarchies.verify import verifier
 from p2synth.encodings.deadline import Deadline
@@ -42,6 +43,7 @@ from p2synth.solver.costtogo import cost_to_go, successors_by_state
 from p2synth.solver.models import CostModelKind, CostSignature, InCellOrder, canonical_order, cost_model, cost_signature, reorder
 from p2synth.solver.pipelined import OverBudget, bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
 from p2synth.solver.stepcosts import edge_costs, split_costs
+from p2synth.solver.folding import cell_classes, check_invariance, folds, lifted
 from p2synth.solver.symmetry import Pair, class_pairs
 from p2synth.solver.topn import Candidates, cheapest_programs, tie_order
 
@@ -184,7 +186,7 @@ def solve(
     key = (signature, max_steps, top, proof, pieces)
     if key not in memo.rankings:  # searched with the cells in the signature's order, shared by every placement that has it
         memo.rankings[key] = _ranking(request, n_cells, max_steps, top, lambda p: InCellOrder(models(p), order),
-                                      pieces, proof, deadline, class_pairs(signature.cells))
+                                      pieces, proof, deadline, signature.cells)
     ranking = memo.rankings[key]
     programs = [(Program(to_program(reorder(raw, order), placement, request).steps, p), cost)
                 for raw, p, cost in ranking.candidates]
@@ -234,9 +236,16 @@ def _rank(program: Program, placement: Placement, request: Request, models, shar
 
 
 def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, models, pieces: tuple[int, ...],
-             proof: Proof, deadline: Deadline, pairs: tuple[Pair, ...] = ()) -> Ranking:
+             proof: Proof, deadline: Deadline, cells: tuple[tuple[int, int], ...] = ()) -> Ranking:
     """Search one cost signature (`models(P)`: the cost model of any placement that has it, at 1/P of the message;
-    `pairs`: cells that may be interchangeable, ``solver.symmetry.class_pairs``)."""
+    `cells`: the signature's (level, factor) of each cell, whose equal ones may be interchangeable).
+
+    Up to EXPLICIT_MAX_STATES abstract states the explicit search runs over
+    them; beyond, over the orbits of interchangeable cells
+    (``hierarchies/orbitspace.py``) where the cost model is checked to allow
+    it (``solver/folding.py``), the orbit programs found lifted back to every
+    concrete program above them; else Z3 searches alone.
+    """
     collective = request.collective
     count = count_programs(collective, n_cells, max_steps)
     try:
@@ -245,9 +254,14 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         raise VerificationError(str(e)) from None
     if top is None:
         return _listed(collective, n_cells, max_steps, count, models, pieces, deadline)
-    if not state_space_fits(collective, n_cells):
+    classes, fits = cell_classes(cells), state_space_fits(collective, n_cells)
+    try:
+        folded = not fits and _can_fold(collective, classes, models, deadline)
+    except SolverTimeout:
+        return Ranking((), count, False, True)
+    if not (fits or folded):
         return _z3_alone(collective, n_cells, max_steps, top, count, models, pieces, deadline)
-    space = state_space(collective, n_cells)
+    space = orbit_space(collective, classes) if folded else state_space(collective, n_cells)
     try:
         costs_of, loads = _step_costs(space, models, deadline)
         found, sequential = _sequential_top(costs_of(1), max_steps, top, deadline)
@@ -255,10 +269,10 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
         for cost, raw in found:
             candidates.offer(raw, 1, cost)
         _pipelined_top(space, models, costs_of, loads, max_steps, [p for p in pieces if p > 1 and max_steps >= 2],
-                       candidates, deadline, sequential, pairs)
+                       candidates, deadline, sequential, () if folded else class_pairs(cells))
     except SolverTimeout:
         return Ranking((), count, False, True)
-    kept = tuple(candidates.kept())
+    kept = tuple(lifted(candidates.kept(), space, top) if folded else candidates.kept())
     proved = True
     if proof is Proof.Z3:
         proved = _z3_agrees(collective, n_cells, max_steps, models, pieces, kept, deadline)
@@ -348,6 +362,20 @@ def _swaps_costs(space, tables, whole, pair: Pair) -> bool:
     (the certificate's own check decides, ``pipelined_certificate.check_symmetry``)."""
     try:
         pipelined_certificate.check_symmetry(space, [tab.rows for tab in tables], whole.rows, pair)
+    except certificate.CertificateError:
+        return False
+    return True
+
+
+def _can_fold(collective, classes, models, deadline: Deadline) -> bool:
+    """Whether the search may run over the orbits of `classes`: some class has two or more cells, the cost model splits
+    (one evaluation serves every piece count) and its split is the same on every step of an orbit
+    (``solver.folding.check_invariance``; a model that is not is searched by Z3 alone)."""
+    split = getattr(models(1), "split", None)
+    if not folds(classes) or split is None or models(1).pieces != 1:
+        return False
+    try:
+        check_invariance(split, collective, classes, deadline)
     except certificate.CertificateError:
         return False
     return True

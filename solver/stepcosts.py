@@ -15,7 +15,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from p2synth.hierarchies.statespace import StateSpace
+from p2synth.hierarchies.statespace import StateSpace, index_dtype
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, Split, piece_seconds
@@ -23,7 +23,9 @@ from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, Split, piece_second
 
 @dataclass(frozen=True)
 class StepCases:
-    """The distinct (step, scattered cells, rooted cells) of a state space: a step's cost depends on nothing else.
+    """The distinct (step, slice, scattered cells, rooted cells) of a state space: a step's cost depends on nothing
+    else (``case_keys`` of the state space; of an orbit space, one concrete step of the orbit's,
+    ``hierarchies/orbitspace.py``).
 
     Flat arrays over the cases (``op`` codes, ``mask`` slices, ``key`` = Y | Z << C),
     the cases of step ``j`` at ``start[j]:start[j+1]``, ``inverse[j]`` mapping
@@ -149,15 +151,14 @@ def _case_bits(space: StateSpace) -> tuple[list[np.ndarray], ...]:
 @lru_cache(maxsize=32)
 def step_cases(space: StateSpace) -> StepCases:
     """The :class:`StepCases` of a state space (cached: it depends on the collective and the cell count alone)."""
-    C = space.cells
-    yz = space.scattered | (space.rooted << C)
+    C, rows = space.cells, sum(step.sources.size for step in space.steps)
     ops, slices, keys, inverses, start = [], [], [], [], [0]
-    for step in space.steps:
-        unique, inverse = np.unique(yz[step.sources], return_inverse=True)
+    for j, step in enumerate(space.steps):
+        unique, inverse = np.unique(space.case_keys(j), return_inverse=True)
         ops.append(np.full(unique.size, OP_CODES[step.op]))
-        slices.append(np.full(unique.size, step.mask))
-        keys.append(unique)
-        inverses.append(inverse)
+        slices.append(unique >> 2 * C)
+        keys.append(unique & ((1 << 2 * C) - 1))
+        inverses.append(inverse.astype(index_dtype(rows), copy=False))
         start.append(start[-1] + unique.size)
     return StepCases(np.concatenate(ops), np.concatenate(slices), np.concatenate(keys),
                      np.asarray(start, dtype=np.int64), tuple(inverses))

@@ -204,6 +204,17 @@ def test_too_many_programs_for_top_all_is_refused(tmp_path):
     assert r.returncode == 2 and "too many to list" in r.stderr
 
 
+def test_a_placement_too_large_to_check_is_refused_up_front_naming_it(tmp_path):
+    """An all_to_all over 10 cells of factor 2: its addressed chunks' check would hold 4 GiB; refused before solving,
+    in one line, nothing written."""
+    spec = {**BASE, "hierarchy": {"name": "t", "levels": [{"name": f"l{i}", "count": 2} for i in range(10)]},
+            "axes": [{"name": "data", "size": 1024}], "request": {"axes": ["data"], "collective": "all_to_all"}}
+    out = tmp_path / "r.json"
+    r = run(write_spec(tmp_path, spec), "--out", str(out))
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.count("\n") == 1 and "placement 0" in r.stderr and "4.0 GiB" in r.stderr and "fewer cells" in r.stderr
+
+
 def run_on_clock(monkeypatch, tmp_path, spec, clock: Clock, *args) -> tuple[int, list[str], Path]:
     """``solver.run.main`` in this process on `spec` with --quiet and --out, its budget on `clock`:
     the exit code, the stderr lines and the --out path."""
