@@ -140,7 +140,7 @@ def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
     space = costs.space
     state, total = space.start, 0.0
     for op, mask in program:
-        j = _step_index(space).get((op, mask))
+        j = step_index(space).get((op, mask))
         step = None if j is None else space.steps[j]
         i = -1 if step is None else int(np.searchsorted(step.sources, state))
         if step is None or i >= step.sources.size or step.sources[i] != state:
@@ -151,7 +151,7 @@ def _walk(costs: EdgeCosts, program: RawProgram) -> tuple[int, float]:
 
 
 @lru_cache(maxsize=64)
-def _step_index(space: StateSpace) -> dict[tuple, int]:
+def step_index(space: StateSpace) -> dict[tuple, int]:
     """Step (op, mask) -> its index in space.steps."""
     return {(s.op, s.mask): j for j, s in enumerate(space.steps)}
 

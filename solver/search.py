@@ -39,10 +39,10 @@ from p2synth.encodings.programs import PieceCosts, ProgramSketch
 from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semantics
 from p2synth.solver import certificate, pipelined_certificate
 from p2synth.solver.cost import CostModel, pipelined_seconds, raw_program_cost
-from p2synth.solver.costtogo import cost_to_go, successors_by_state
+from p2synth.solver.costtogo import cost_to_go, rows_layout, successors_by_state
 from p2synth.solver.models import CostModelKind, CostSignature, InCellOrder, canonical_order, cost_model, cost_signature, reorder
 from p2synth.solver.pipelined import OverBudget, bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
-from p2synth.solver.stepcosts import edge_costs, split_costs
+from p2synth.solver.stepcosts import case_bits, edge_costs, split_costs, step_cases
 from p2synth.solver.folding import cell_classes, check_invariance, folds, lifted
 from p2synth.solver.symmetry import Pair, class_pairs
 from p2synth.solver.topn import Candidates, cheapest_programs, tie_order
@@ -270,9 +270,12 @@ def _ranking(request: Request, n_cells: int, max_steps: int, top: int | None, mo
             candidates.offer(raw, 1, cost)
         _pipelined_top(space, models, costs_of, loads, max_steps, [p for p in pieces if p > 1 and max_steps >= 2],
                        candidates, deadline, sequential, () if folded else class_pairs(cells))
+        kept = tuple(lifted(candidates.kept(), space, top) if folded else candidates.kept())
     except SolverTimeout:
         return Ranking((), count, False, True)
-    kept = tuple(lifted(candidates.kept(), space, top) if folded else candidates.kept())
+    finally:
+        if folded:
+            _forget_tables()
     proved = True
     if proof is Proof.Z3:
         proved = _z3_agrees(collective, n_cells, max_steps, models, pieces, kept, deadline)
@@ -365,6 +368,14 @@ def _swaps_costs(space, tables, whole, pair: Pair) -> bool:
     except certificate.CertificateError:
         return False
     return True
+
+
+def _forget_tables() -> None:
+    """Drop the cached layouts and step cases of every state space, and the orbit spaces: after a search over orbits
+    (10 cells or more), whose arrays run to gigabytes and which the next signature of a sweep seldom shares, so that
+    a sweep holds one such space at a time (the next search rebuilds what it needs)."""
+    for cached in (rows_layout, step_cases, case_bits, orbit_space, certificate.step_index):
+        cached.cache_clear()
 
 
 def _can_fold(collective, classes, models, deadline: Deadline) -> bool:

@@ -89,7 +89,7 @@ def edge_costs(space: StateSpace, model: CostModel, deadline: Deadline | None = 
     cases = step_cases(space)
     if deadline.expired():
         raise SolverTimeout("step costs")
-    values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, cases.op, *_case_bits(space)), dtype=np.float64),
+    values = np.broadcast_to(np.asarray(model.step_time(ARRAYS, cases.op, *case_bits(space)), dtype=np.float64),
                              cases.op.shape)
     return EdgeCosts(space, values, edge_traffic(space, model) if with_traffic else None)
 
@@ -126,7 +126,7 @@ def split_costs(space: StateSpace, model: CostModel, deadline: Deadline | None =
     if (deadline or Deadline(None)).expired():
         raise SolverTimeout("step costs")
     cases = step_cases(space)
-    found = split(ARRAYS, cases.op, *_case_bits(space))
+    found = split(ARRAYS, cases.op, *case_bits(space))
     per_case = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), cases.op.shape)
     return SplitCosts(space, per_case(found.latency), np.stack([per_case(t) for t in found.traffic]),
                       per_case(found.busiest), per_case(found.tree_latency), per_case(found.tree_busiest))
@@ -136,11 +136,11 @@ def edge_traffic(space: StateSpace, model: CostModel) -> np.ndarray:
     """Per level and distinct case of `space`, the seconds the step keeps that level's links busy under `model`."""
     cases = step_cases(space)
     return np.stack([np.broadcast_to(np.asarray(t, dtype=np.float64), cases.op.shape)
-                     for t in model.traffic(ARRAYS, cases.op, *_case_bits(space))])
+                     for t in model.traffic(ARRAYS, cases.op, *case_bits(space))])
 
 
 @lru_cache(maxsize=32)
-def _case_bits(space: StateSpace) -> tuple[list[np.ndarray], ...]:
+def case_bits(space: StateSpace) -> tuple[list[np.ndarray], ...]:
     """Per cell, the slice, scattered and rooted bits of every case."""
     cases, C = step_cases(space), space.cells
     Y, Z = cases.key & ((1 << C) - 1), cases.key >> C

@@ -126,6 +126,8 @@ def test_the_search_over_orbits_lists_what_the_unfolded_one_does(placement, piec
         spaces.append(classes)
         return real(collective, classes)
 
+    spy.cache_clear = real.cache_clear
+
     with mock.patch.object(search, "state_space_fits", lambda *a: False), mock.patch.object(search, "orbit_space", spy):
         folded = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     plain = search.solve(placement, request, size, steps, top=6, pieces=pieces)
@@ -140,6 +142,8 @@ def test_an_orbit_search_on_two_pairs_of_cells_lists_the_unfolded_searchs_progra
     request = Request(frozenset({0, 1}))
     with mock.patch.object(search, "state_space_fits", lambda *a: False):
         folded = search.solve(placement, request, 1 << 30, 4, top=8, pieces=(1, 2, 4))
+        # a search over orbits leaves no space's layout cached: a sweep holds one such space at a time
+        assert search.rows_layout.cache_info().currsize == 0 and search.orbit_space.cache_info().currsize == 0
     plain = search.solve(placement, request, 1 << 30, 4, top=8, pieces=(1, 2, 4))
     assert folded == plain and folded.optimal and len(folded.programs) == 8
 
