@@ -134,6 +134,18 @@ def test_the_search_over_orbits_lists_what_the_unfolded_one_does(placement, piec
     assert spaces and folded == plain and folded.optimal
 
 
+def test_z3_proves_the_list_of_an_orbit_search():
+    """With ``--proof z3``, Z3's own unsat proves the lifted list of an orbit search, as it does the unfolded one's."""
+    h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=2.0, latency_us=10.0),
+                          Level(name="gpu", count=4, bandwidth_GBps=50.0, latency_us=1.0)))
+    placement = Placement(h, (Axis(name="dp", size=4), Axis(name="tp", size=4)), ((2, 2), (2, 2)))
+    request = Request(frozenset({0, 1}))
+    with mock.patch.object(search, "state_space_fits", lambda *a: False):
+        folded = search.solve(placement, request, 1 << 30, 3, top=5, pieces=(1,), proof=search.Proof.Z3)
+    plain = search.solve(placement, request, 1 << 30, 3, top=5, pieces=(1,), proof=search.Proof.Z3)
+    assert folded == plain and folded.optimal and len(folded.programs) == 5
+
+
 def test_an_orbit_search_on_two_pairs_of_cells_lists_the_unfolded_searchs_programs():
     """dp and tp both 2-way across nodes and across GPUs: two pairs of interchangeable cells, folded."""
     h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=2.0, latency_us=10.0),
