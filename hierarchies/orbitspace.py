@@ -45,20 +45,21 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from p2synth.hierarchies.program import Collective, RawProgram
-from p2synth.hierarchies.statespace import MOVES, Status, goal_statuses, index_dtype, moves, statuses
+from p2synth.hierarchies.statespace import Status, goal_statuses, index_dtype, moves, statuses
 
 Classes = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
 class OrbitStep:
-    """One orbit step ``(op, m)``: `counts[c]` cells of class ``c`` move from `source` to the op's target status;
-    the states it is valid in (`sources`, ascending) and where each goes (`targets`). `mask` is its code."""
+    """One orbit step ``(op, m)``: `counts[c]` cells of class ``c`` move from status `source` to `target`; the
+    states it is valid in (`sources`, ascending) and where each goes (`targets`). `mask` is its code."""
 
     op: Collective
     mask: int
     counts: tuple[int, ...]
     source: Status
+    target: Status
     sources: np.ndarray
     targets: np.ndarray
 
@@ -127,7 +128,7 @@ class OrbitSpace:
     def steps(self) -> tuple[OrbitStep, ...]:
         """Every orbit step with the orbit states it is valid in, moves in MOVES order, then by code."""
         out = []
-        radices = [len(cls) + 1 for cls in self.classes]
+        radices = self._radices
         codes = [_digits_of(code, radices) for code in range(math.prod(radices))]
         for move in moves(self.collective):
             s, t = self.statuses.index(move.source), self.statuses.index(move.target)
@@ -140,7 +141,8 @@ class OrbitSpace:
                 fits = [r for r, n in enumerate(codes) if all(a >= b for a, b in zip(n, m)) and bounds[r] < bounds[r + 1]]
                 if fits:
                     sources = np.sort(np.concatenate([order[bounds[r]:bounds[r + 1]] for r in fits]))
-                    out.append(OrbitStep(move.op, code, m, move.source, sources, self._moved(sources, m, s, t)))
+                    out.append(OrbitStep(move.op, code, m, move.source, move.target, sources,
+                                         self._moved(sources, m, s, t)))
         narrow = index_dtype(sum(step.sources.size for step in out))  # the steps' sources and targets are the rows
         return tuple(dataclasses.replace(step, sources=step.sources.astype(narrow, copy=False),
                                          targets=step.targets.astype(narrow, copy=False)) for step in out)
@@ -177,9 +179,14 @@ class OrbitSpace:
         return {(s.op, s.mask): s for s in self.steps}
 
     # -- programs ----------------------------------------------------------
+    @cached_property
+    def _radices(self) -> list[int]:
+        """Per class, the radix of its digit in a step's code: how many of its cells a step may take, plus one."""
+        return [len(cls) + 1 for cls in self.classes]
+
     def image(self, program: RawProgram) -> RawProgram:
         """The orbit program of a concrete program: each step ``(op, S)`` as ``(op, code of |S & class c|)``."""
-        radices = [len(cls) + 1 for cls in self.classes]
+        radices = self._radices
         out = []
         for op, mask in program:
             m = [sum(mask >> i & 1 for i in cls) for cls in self.classes]
@@ -199,8 +206,7 @@ class OrbitSpace:
         step = self._step_index.get((op, code))
         if step is None:
             raise ValueError(f"({op.short}, {code}) is not an orbit step")
-        s = self.statuses.index(step.source)
-        t = self.statuses.index(_target(op))
+        s, t = self.statuses.index(step.source), self.statuses.index(step.target)
         choices = [itertools.combinations([i for i in cls if digits[i] == s], k)
                    for cls, k in zip(self.classes, step.counts)]
         for chosen in itertools.product(*(list(c) for c in choices)):
@@ -209,11 +215,6 @@ class OrbitSpace:
             for i in cells:
                 moved[i] = t
             yield from self._lift(rest, moved, done + ((op, sum(1 << i for i in cells)),))
-
-
-def _target(op: Collective) -> Status:
-    """The status `op` moves the cells of its slice to."""
-    return next(m.target for m in MOVES if m.op is op)
 
 
 def _digits_of(code: int, radices: Sequence[int]) -> tuple[int, ...]:

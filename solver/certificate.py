@@ -89,13 +89,13 @@ def _check_table(space: StateSpace, table: np.ndarray, values: np.ndarray, combi
     `slack`) for every row (step s -> s') of every state: the inequalities the backward dynamic programming of
     ``solver.costtogo`` meets, checked on their own. CertificateError naming the first that fails."""
     at_a_time = table.ndim == 3 and by_level(values)
-    values = values if at_a_time or table.ndim < 3 else whole_array(values)
+    values = values if at_a_time else whole_array(values)
     for r in range(table.shape[0]):
         if (table[r][..., space.goal] > 0).any():
             raise CertificateError(f"a goal state has a positive {name} bound with {r} steps left")
         if r == 0:
             continue
-        if table.ndim == 3 and at_a_time:  # one level at a time: no (levels x rows) temporary
+        if at_a_time:  # one level at a time: no (levels x rows) temporary
             bad = next(filter(None, (_first_violation(table[r][level], combine(values[level], table[r - 1][level][rows.target]),
                                                       rows, slack) for level in range(table.shape[1]))), None)
         else:

@@ -96,6 +96,13 @@ class LevelValues:
         return self.of(level)
 
 
+def stages_and_traffic(rows: Successors, share: float) -> LevelValues:
+    """Per level and row: the row's weight (its stage) plus `share` times its traffic on that level."""
+    levels, n = rows.traffic.shape
+    return LevelValues(levels, n, lambda level: rows.weight + share * rows.traffic[level],
+                       lambda: rows.weight[None, :] + share * rows.traffic[:, :])
+
+
 # Per-level tables (traffic, joint) are computed and checked a level at a time above this many level x row entries
 # (256 MiB of float64: 12 cells folded), where a whole (levels x rows) temporary would matter; at once below, where
 # the per-level calls would cost more than they save.

@@ -82,8 +82,9 @@ def check_invariance(split, collective: Collective, classes: Classes, deadline: 
         for (move, inside), values in zip(ops, reference):
             got, want = _values(split, OP_CODES[move.op], digits, inside, options), values[:, position]
             differ = np.flatnonzero((got != want).any(axis=0))
-            if differ.size and not np.isclose(got[:, differ], want[:, differ], rtol=1e-12, atol=0.0).all():
-                bad = differ[~np.isclose(got[:, differ], want[:, differ], rtol=1e-12, atol=0.0).all(axis=0)][0]
+            close = np.isclose(got[:, differ], want[:, differ], rtol=1e-12, atol=0.0).all(axis=0)
+            if not close.all():
+                bad = differ[~close][0]
                 raise CertificateError(f"permuting interchangeable cells {classes} changes the cost of a "
                                        f"{move.op.short} step (case {digits[:, bad].tolist()})")
             compared += digits.shape[1]

@@ -26,7 +26,8 @@ from p2synth.hierarchies.statespace import StateSpace
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.cost import CostModel
-from p2synth.solver.costtogo import LevelValues, PieceTraffic, Successors, cost_to_go, successors_by_state, sum_to_go, traffic_to_go
+from p2synth.solver.costtogo import (LevelValues, PieceTraffic, Successors, cost_to_go, stages_and_traffic, successors_by_state,
+                                     sum_to_go, traffic_to_go)
 from p2synth.solver.stepcosts import EdgeCosts, edge_traffic, step_cases
 from p2synth.solver.symmetry import Pair, all_tied, orbit, pair_bits
 from p2synth.solver.topn import Candidates
@@ -47,10 +48,7 @@ def period_share(steps: int, pieces: int) -> float:
 def joint_values(rows: Successors, pieces: int, max_steps: int) -> LevelValues:
     """Per level and row (levels x rows, made a level at a time): the step's stage plus :func:`period_share` times its
     traffic on that level, whose sum over a program's steps bounds its pipelined cost from below, level by level."""
-    share = period_share(max_steps, pieces)
-    levels, n = rows.traffic.shape
-    return LevelValues(levels, n, lambda level: rows.weight + share * rows.traffic[level],
-                       lambda: rows.weight[None, :] + share * rows.traffic[:, :])
+    return stages_and_traffic(rows, period_share(max_steps, pieces))
 
 
 def joint_to_go(rows: Successors, space: StateSpace, pieces: int, max_steps: int,

@@ -23,7 +23,7 @@ import numpy as np
 from p2synth.hierarchies.program import RawProgram
 from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table
 from p2synth.solver.cost import PY, pipelined_seconds
-from p2synth.solver.costtogo import LevelValues, PieceTraffic, Successors, rows_layout, successors_by_state
+from p2synth.solver.costtogo import PieceTraffic, Successors, rows_layout, stages_and_traffic, successors_by_state
 from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, windows
 from p2synth.solver.stepcosts import EdgeCosts
 from p2synth.solver.symmetry import Pair, orbit, swap_mask
@@ -223,10 +223,7 @@ def _check_joint(space, j: np.ndarray, rows: Successors, pieces: int, max_steps:
     """The joint table's inequalities: ``j[r][l]`` bounds the sum over a completion of each step's stage plus
     :func:`joint_share` times its traffic on level ``l`` (``solver.pipelined.joint_to_go``); those sums over a whole
     program are each at most its cost on `pieces` pieces (the stages are the fill, the share a floor on the periods)."""
-    share, (levels, n) = joint_share(max_steps, pieces), rows.traffic.shape
-    values = LevelValues(levels, n, lambda level: rows.weight + share * rows.traffic[level],
-                         lambda: rows.weight[None, :] + share * rows.traffic[:, :])
-    check_sum_table(space, j, values, rows, "joint")
+    check_sum_table(space, j, stages_and_traffic(rows, joint_share(max_steps, pieces)), rows, "joint")
 
 
 def _traffic_floor(done: np.ndarray, ahead: np.ndarray, steps_done: int, steps_left: int, max_steps: int,

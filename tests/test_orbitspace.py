@@ -134,11 +134,16 @@ def test_the_search_over_orbits_lists_what_the_unfolded_one_does(placement, piec
     assert spaces and folded == plain and folded.optimal
 
 
-def test_z3_proves_the_list_of_an_orbit_search():
-    """With ``--proof z3``, Z3's own unsat proves the lifted list of an orbit search, as it does the unfolded one's."""
+def _two_pairs() -> Placement:
+    """dp and tp both 2-way across 4 nodes and across 4 GPUs each: cells (node, 2) twice and (gpu, 2) twice."""
     h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=2.0, latency_us=10.0),
                           Level(name="gpu", count=4, bandwidth_GBps=50.0, latency_us=1.0)))
-    placement = Placement(h, (Axis(name="dp", size=4), Axis(name="tp", size=4)), ((2, 2), (2, 2)))
+    return Placement(h, (Axis(name="dp", size=4), Axis(name="tp", size=4)), ((2, 2), (2, 2)))
+
+
+def test_z3_proves_the_list_of_an_orbit_search():
+    """With ``--proof z3``, Z3's own unsat proves the lifted list of an orbit search, as it does the unfolded one's."""
+    placement = _two_pairs()
     request = Request(frozenset({0, 1}))
     with mock.patch.object(search, "state_space_fits", lambda *a: False):
         folded = search.solve(placement, request, 1 << 30, 3, top=5, pieces=(1,), proof=search.Proof.Z3)
@@ -148,9 +153,7 @@ def test_z3_proves_the_list_of_an_orbit_search():
 
 def test_an_orbit_search_on_two_pairs_of_cells_lists_the_unfolded_searchs_programs():
     """dp and tp both 2-way across nodes and across GPUs: two pairs of interchangeable cells, folded."""
-    h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=2.0, latency_us=10.0),
-                          Level(name="gpu", count=4, bandwidth_GBps=50.0, latency_us=1.0)))
-    placement = Placement(h, (Axis(name="dp", size=4), Axis(name="tp", size=4)), ((2, 2), (2, 2)))
+    placement = _two_pairs()
     request = Request(frozenset({0, 1}))
     with mock.patch.object(search, "state_space_fits", lambda *a: False):
         folded = search.solve(placement, request, 1 << 30, 4, top=8, pieces=(1, 2, 4))
@@ -194,9 +197,7 @@ def test_the_invariance_check_passes_the_models_and_catches_one_that_tells_equal
 
 def test_a_model_that_tells_equal_cells_apart_is_not_folded():
     """The search does not fold where the check fails (it searches the unfolded space, or Z3 alone beyond it)."""
-    h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=2.0, latency_us=10.0),
-                          Level(name="gpu", count=4, bandwidth_GBps=50.0, latency_us=1.0)))
-    placement = Placement(h, (Axis(name="dp", size=4), Axis(name="tp", size=4)), ((2, 2), (2, 2)))
+    placement = _two_pairs()
     model, classes = _model_of(placement, Request(frozenset({0, 1})))
     assert classes == ((0, 1), (2, 3))
     deadline = search.Deadline(None)
