@@ -84,6 +84,24 @@ class CollectiveLibrary(str, Enum):
         return self.value
 
 
+class ReduceScatterRun(str, Enum):
+    """How a reduce_scatter step runs under ``library: open-mpi`` (the runtime's numpy backend).
+
+    ``exchange`` (what an omitted field means): an all_to_all of the group's
+    blocks, then a local sum of the received blocks, as the runtime runs it;
+    ``library``: ``MPI_Reduce_scatter_block``, Open MPI's own algorithm (a
+    reduce and a linear scatter for large blocks in small groups), as the
+    runtime ran it before the exchange: the measurements made then record it,
+    so that their predictions price what ran.
+    """
+
+    EXCHANGE = "exchange"
+    LIBRARY = "library"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Link:
     """Resolved link figures of one level, in SI units (bytes/s, seconds)."""
@@ -103,6 +121,7 @@ class Hierarchy(BaseModel):
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
+    reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (all_to_all and a local sum, as the runtime does; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
 
     @field_validator("levels")
     @classmethod

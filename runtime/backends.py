@@ -114,9 +114,16 @@ class Lane(Protocol):
 
 
 class Backend(Protocol):
-    """Buffers and group communicators of one kind."""
+    """Buffers and group communicators of one kind.
+
+    `reduce_scatter_by_exchange`: the executor runs every reduce_scatter step
+    as an all_to_all of the group's blocks and a local sum of the received
+    blocks (:meth:`sum_blocks`, which only such backends need), not as the
+    group's ``reduce_scatter``.
+    """
 
     kind: BackendKind
+    reduce_scatter_by_exchange: bool
 
     def empty(self, count: int, dtype: np.dtype = DTYPE) -> Any:
         """A new buffer of `count` elements of `dtype` (contents undefined)."""
@@ -252,9 +259,19 @@ class HostLane:
 
 
 class NumpyBackend:
-    """Host buffers, MPI for communication."""
+    """Host buffers, MPI for communication.
+
+    A reduce_scatter step runs as an exchange: ``MPI_Alltoall``
+    (``MPI_Ialltoall`` when pipelined) of the group's blocks, then
+    :meth:`sum_blocks`. Open MPI's own ``MPI_Reduce_scatter_block`` is a
+    reduce to one member plus a linear scatter for large blocks in groups of
+    fewer than 8, and its non-blocking form always is; the exchange sends
+    every member ``(k-1)/k`` of its data, as a bandwidth-optimal schedule does
+    (docs/runtime.md, "Reduce-scatter steps").
+    """
 
     kind = BackendKind.NUMPY
+    reduce_scatter_by_exchange = True
 
     def empty(self, count: int, dtype: np.dtype = DTYPE) -> np.ndarray:
         """A new host array."""
@@ -275,6 +292,16 @@ class NumpyBackend:
     def transpose(self, src: np.ndarray, dst: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...]) -> None:
         """Repack `src` (viewed with `shape`, axes permuted by `axes`) into `dst`."""
         np.copyto(dst.reshape([shape[a] for a in axes]), src.reshape(shape).transpose(axes))
+
+    def sum_blocks(self, src: np.ndarray, dst: np.ndarray, blocks: int) -> None:
+        """``dst`` = the sum of the `blocks` equal blocks of `src`, in block order (wrapping for integers)."""
+        parts = src.reshape(blocks, -1)
+        if blocks == 1:
+            np.copyto(dst, parts[0])
+            return
+        np.add(parts[0], parts[1], out=dst)
+        for part in parts[2:]:
+            np.add(dst, part, out=dst)
 
     def synchronize(self) -> None:
         """Host calls are synchronous: nothing to wait for."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy, ReduceScatterRun
 
 KiB, MiB = 1024, 1024 * 1024
 LATENCY_SIZES = (8, 256, 4 * KiB)
@@ -109,8 +109,8 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
     (a level whose measurements could not be fitted keeps its figures).
 
     `reduce_GBps` (the rate a device sums data, all devices at once) is set where the
-    hierarchy model has that field, and `library` (the one that ran the measurements) where given;
-    every other field of `h` is kept.
+    hierarchy model has that field, and `library` (the one that ran the measurements) where given,
+    with Open MPI's ``reduce_scatter: exchange`` (the runtime's); every other field of `h` is kept.
     """
     levels = list(h.levels)
     for l, res in results.items():
@@ -129,6 +129,8 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
         update["reduce_GBps"] = significant(reduce_GBps)
     if library is not None:
         update["library"] = library
+    if library is CollectiveLibrary.OPEN_MPI:  # said outright, so that a record of it tells what its runs ran
+        update["reduce_scatter"] = ReduceScatterRun.EXCHANGE
     out = h.model_copy(update=update)
     return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads
 

@@ -29,6 +29,12 @@ on its own segments with chunks of ``chunk / P`` elements, and a last copy
 (the *merge*) puts the output back in chunk order, so the buffers arrive and
 leave as for the sequential program. The pieces' steps run as a wavefront of
 non-blocking collectives (:class:`Pipeline`).
+
+On a backend that runs reduce_scatter as an exchange (numpy:
+``Backend.reduce_scatter_by_exchange``), a reduce_scatter step is an
+all_to_all of the group's blocks into the ``EXCHANGE`` buffer, then a local
+sum of the ``k`` received blocks into the step's destination, run as the
+step's after-calls (so a pipelined piece sums once its ``MPI_Ialltoall`` is done).
 """
 
 from __future__ import annotations
@@ -306,20 +312,34 @@ class Executor:
             if not self._all_zero(rooted - set(cells)):
                 steps.append(StepCalls(tuple(local), None, op, src, dst))
             elif hit is None:
-                steps.append(StepCalls(tuple(local), self._groups[cells], op, src, dst))
+                steps.append(self._step(tuple(local), self._groups[cells], op, src, dst, (), buffers, piece, pieces))
             else:
                 struck = faulty_exchange(
                     hit, self.backend, src, dst, op=op, blocks=self.placement.group_size(cells),
                     chunk=chunk, reads_input=src_role in (Role.SEND, Role.PIECES_IN), rank=self.world.Get_rank(),
                 )
                 group = BackwardShift(self._groups[cells]) if hit.kind is FaultKind.WRONG_NEIGHBOUR else self._groups[cells]
-                steps.append(StepCalls(tuple(local) + struck.before, group, op, struck.src, struck.dst, struck.after))
+                steps.append(self._step(tuple(local) + struck.before, group, op, struck.src, struck.dst, struck.after,
+                                        buffers, piece, pieces))
             local = []
             if op is Collective.REDUCE:
                 rooted |= set(cells)
             elif op is Collective.BROADCAST:
                 rooted -= set(cells)
         return PieceCalls(tuple(steps), tuple(local))
+
+    def _step(self, before: tuple[Call, ...], group: GroupComm, op: Collective, src: Any, dst: Any,
+              after: tuple[Call, ...], buffers: Buffers, piece: int, pieces: int) -> StepCalls:
+        """An active step's calls: the group's collective from `src` into `dst`, or, for a reduce_scatter on a backend
+        that runs it as an exchange, an all_to_all of `src`'s blocks into this piece's ``EXCHANGE`` segment and their
+        sum into `dst` once it is done."""
+        if op is not Collective.REDUCE_SCATTER or not self.backend.reduce_scatter_by_exchange:
+            return StepCalls(before, group, op, src, dst, after)
+        blocks = src.size // dst.size
+        start = piece * (buffers.get(Role.EXCHANGE).size // pieces)
+        received = buffers.get(Role.EXCHANGE)[start : start + src.size]
+        return StepCalls(before, group, Collective.ALL_TO_ALL, src, received,
+                         (partial(self.backend.sum_blocks, received, dst, blocks), *after))
 
     def _all_zero(self, cells: set[Cell]) -> bool:
         """Whether this rank's digits on `cells` are all zero."""

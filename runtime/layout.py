@@ -21,6 +21,8 @@ class Role(str, Enum):
     A pipelined program (``Program.pipeline > 1``) reads its pieces'
     input from ``PIECES_IN`` and writes their output to ``PIECES_OUT``, the
     send and receive buffers re-cut piece by piece (see runtime/executor.py).
+    A reduce_scatter step that the backend runs as an exchange receives the
+    group's blocks in ``EXCHANGE`` before summing them into its destination.
     """
 
     SEND = "send"
@@ -29,6 +31,7 @@ class Role(str, Enum):
     SCRATCH_B = "scratch_b"
     PIECES_IN = "pieces_in"
     PIECES_OUT = "pieces_out"
+    EXCHANGE = "exchange"  # where a reduce_scatter step run as an exchange receives its blocks (runtime/executor.py)
 
 
 # Calls that run with the same buffer as input and output. all_reduce is not one

@@ -28,13 +28,16 @@ the emulated cluster call for (see ``docs/simulator.md``):
   directions of a link carry data at once; each direction then gets
   ``Level.duplex_efficiency`` of the one-way rates calibration measures
   (on the tbf-shaped testbed about 0.5-0.75; none on a level without it).
-* the library's own reduce_scatter: under Open MPI (``Hierarchy.library``)
-  ``MPI_Reduce_scatter_block`` is a reduce to the group's first rank followed
-  by a linear scatter wherever Open MPI's fixed rules pick "basic_linear"
-  (large blocks in small groups), and always in its non-blocking form
-  (libnbc), which pipelined programs run (``nonblocking``); libnbc's
-  all_reduce is a binomial reduce to the first rank and a binomial broadcast
-  back for fewer than 4 members or under 64 KiB, Rabenseifner otherwise.
+* reduce_scatter under Open MPI (``Hierarchy.library``) is the runtime's
+  exchange, not ``MPI_Reduce_scatter_block`` (a reduce to one member and a
+  linear scatter for large blocks in small groups, always in libnbc): the numpy
+  backend runs every reduce_scatter step as an all_to_all of the group's
+  blocks and a local sum (runtime/backends.py), priced as that all_to_all
+  (:func:`solver.cost.all_to_all_time`) plus summing ``(k-1)/k`` of the data,
+  blocking or not. libnbc's all_reduce (pipelined programs' steps,
+  ``nonblocking``) is a binomial reduce to the first rank and a binomial
+  broadcast back for fewer than 4 members or under 64 KiB, Rabenseifner
+  otherwise.
 * Open MPI's hierarchical component: under Open MPI a blocking all_reduce,
   reduce or broadcast whose group spans several hosts runs ``coll/han``
   (:func:`open_mpi_han`): 64 KiB segments pipelined through an intra-host
@@ -57,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary
+from p2synth.hierarchies.model import CollectiveLibrary, ReduceScatterRun
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
@@ -316,8 +319,7 @@ class Simulator:
     # picks for 4-15 ranks above 8 KiB; see docs/simulator.md, "Flat groups").
     hierarchy_aware: bool = False
     # Whether the step runs as a non-blocking collective (a pipelined program's pieces do): under Open MPI that is
-    # libnbc, whose reduce_scatter is always a binomial reduce to rank 0 and a linear scatter, and whose all_reduce is
-    # binomial for fewer than 4 members or under 64 KiB (libnbc_binomial_all_reduce).
+    # libnbc, whose all_reduce is binomial for fewer than 4 members or under 64 KiB (libnbc_binomial_all_reduce).
     nonblocking: bool = False
 
     def step_time(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> Any:
@@ -385,8 +387,11 @@ class Simulator:
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
             if han is not None:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
-        if h.library is CollectiveLibrary.OPEN_MPI:
+        if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is ReduceScatterRun.LIBRARY:
             rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
+        elif h.library is CollectiveLibrary.OPEN_MPI:  # the runtime's exchange: an all_to_all of the blocks, then their sum
+            rs = all_to_all_time(alg, self.placement, shape, S, Z) + part * gamma
+        if h.library is CollectiveLibrary.OPEN_MPI:
             if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner
                 ar = alg.ite(libnbc_binomial_all_reduce(alg, shape.k, m), rounds + round_gamma + rounds, ring_ar)
 
@@ -398,7 +403,8 @@ class Simulator:
 
     def _open_mpi_reduce_scatter(self, alg: Algebra, shape, S, Z, lat: Any, part: Any, bandwidth_optimal: Any,
                                  reduce: Any, binomial_reduce: Any) -> Any:
-        """Open MPI's reduce_scatter: where it runs reduce + linear scatter (see ``open_mpi_linear_reduce_scatter``),
+        """Open MPI's own reduce_scatter (``MPI_Reduce_scatter_block``; ``reduce_scatter: library``): where it runs
+        reduce + linear scatter (see ``open_mpi_linear_reduce_scatter``),
         the reduce (libnbc: a binomial tree) and then the first rank sending the other members their blocks,
         ``(k-1)/k`` of its buffer, one way over the slowest spanned level (its uplink shared by the roots of the
         groups crossing it); elsewhere the bandwidth-optimal schedule."""

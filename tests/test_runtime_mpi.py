@@ -231,6 +231,52 @@ def test_known_values_through_the_executor():
         assert by_rank[r]["broadcast"] == list(range(8))  # the root's (rank 0's) input
 
 
+EXCHANGED = """
+import json, numpy as np
+from mpi4py import MPI
+from p2synth.hierarchies import Cell, Collective, Program, Request, Step
+from p2synth.runtime import backends
+from p2synth.runtime.executor import Buffers, Executor
+from p2synth.runtime.layout import Role
+from tests.runtime_support import placement_of
+calls = []
+for name in ("reduce_scatter", "all_to_all"):
+    def record(self, src, dst, nonblocking=False, _call=getattr(backends.MpiGroup, name), _name=name):
+        calls.append(_name if not nonblocking else "i" + _name)
+        return _call(self, src, dst, nonblocking=nonblocking)
+    setattr(backends.MpiGroup, name, record)
+world = MPI.COMM_WORLD
+pl = placement_of([("node", 2), ("core", 3)], [("data", 6)], [[2, 3]])
+node, core = Cell(0, 0), Cell(0, 1)
+out = {}
+for pieces in (1, 2):
+    program = Program((Step(Collective.REDUCE_SCATTER, (core,)), Step(Collective.REDUCE_SCATTER, (node,))), pieces)
+    ex = Executor(backends.NumpyBackend(), pl, Request(frozenset({0}), Collective.REDUCE_SCATTER), world)
+    ex.connect([program])
+    bufs = Buffers(ex.backend, Collective.REDUCE_SCATTER, 24, 6, np.dtype(np.uint64))
+    bufs.get(Role.SEND)[:] = 2**63 + 1000 * world.rank + np.arange(24, dtype=np.uint64)
+    bufs.poison(7)
+    calls.clear()
+    ex.compile(program, bufs).run()
+    out[pieces] = {"recv": [int(v) for v in bufs.get(Role.RECV)], "calls": list(calls)}
+    ex.close()
+print(json.dumps({"rank": world.rank, **out}))
+"""
+
+
+def test_reduce_scatter_steps_run_as_an_exchange_and_a_sum():
+    """numpy runs a reduce_scatter step as MPI_Alltoall (MPI_Ialltoall pipelined) plus a local sum, never as
+    MPI_Reduce_scatter_block, and the sums are exact: uint64, wrapping, each of 6 ranks its own chunk."""
+    job = run_mpi(6, ["-c", EXCHANGED], timeout=90)
+    assert job.returncode == 0, job.stderr
+    by_rank = {d["rank"]: d for d in map(json.loads, job.stdout.splitlines())}
+    total = [(6 * 2**63 + 1000 * 15 + 6 * i) % 2**64 for i in range(24)]  # sum over ranks r of 2^63 + 1000 r + i
+    for r in range(6):
+        # rank r = (node digit r // 3, core digit r % 3) keeps chunk r: its 4 elements
+        assert by_rank[r]["1"] == {"recv": total[4 * r : 4 * r + 4], "calls": ["all_to_all", "all_to_all"]}
+        assert by_rank[r]["2"] == {"recv": total[4 * r : 4 * r + 4], "calls": ["iall_to_all"] * 4}
+
+
 def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):
     request = request_of(SMALL, ["data"], Collective.ALL_REDUCE)
     plan = write_plan(tmp_path / "plan.json", SMALL, request, [default_program(SMALL, request)])

@@ -14,16 +14,17 @@ from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
 from p2synth.solver.simulator import Simulator, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
-from p2synth.hierarchies.model import CollectiveLibrary
+from p2synth.hierarchies.model import CollectiveLibrary, ReduceScatterRun
 from tests import oracles
 
 AR, RS, AG, R, B, A2A, SR = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 
-def _pair(uplink=None, duplex=None, library=None):
+def _pair(uplink=None, duplex=None, library=None, reduce_scatter=None):
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0, uplink_GBps=uplink, duplex_efficiency=duplex),
-                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library)
+                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library,
+                  reduce_scatter=reduce_scatter)
     return Placement(h, (Axis(name="data", size=2),), ((2, 1),))
 
 
@@ -74,6 +75,43 @@ def test_two_way_traffic_slows_the_exchanging_schedules_by_the_duplex_efficiency
 OPEN_MPI = CollectiveLibrary.OPEN_MPI
 
 
+def test_open_mpi_reduce_scatter_is_the_runtimes_exchange_blocking_or_not():
+    """Under Open MPI the numpy runtime runs a reduce_scatter step as an all_to_all of the blocks plus their sum: two
+    members, any size, pipelined or not: one alpha, m/2 out one way (the all_to_all has no duplex term), m/2 summed.
+    The ideal schedule (no library) gets the same here; with duplex 0.5 only the ideal one slows down."""
+    G = GAMMA_GBPS * 1e9
+    for m in (4096.0, float(128 << 10), float(1 << 20), float(1 << 26)):
+        expected = ALPHA + (m / 2) / BW + (m / 2) / G + OVERHEAD
+        for nonblocking in (False, True):
+            for duplex in (None, 0.5):
+                assert math.isclose(_t(_pair(duplex=duplex, library=OPEN_MPI), RS, m, nonblocking=nonblocking), expected, rel_tol=1e-12)
+        assert math.isclose(_t(_pair(), RS, m), expected, rel_tol=1e-12)
+        assert _t(_pair(duplex=0.5), RS, m) > expected + 0.9 * (m / 2) / BW
+
+
+def test_open_mpi_reduce_scatter_over_four_members_pays_one_alpha_per_peer():
+    """Four members: the exchange's latency is 3 alphas (one message per peer), where the ideal schedule's recursive
+    halving pays log2 4 = 2; both move 3/4 of the data, and sum it."""
+    m, G = float(1 << 20), GAMMA_GBPS * 1e9
+    sim = Simulator(_four(), Request(frozenset({0})), m)
+    exchanged = step_seconds(sim, abstract.AbstractState(0, 0, 0), RS, 1, 1)
+    assert math.isclose(exchanged, 3 * ALPHA + 0.75 * m / BW + 0.75 * m / G + OVERHEAD, rel_tol=1e-12)
+    ideal = step_seconds(Simulator(_four(library=None), Request(frozenset({0})), m), abstract.AbstractState(0, 0, 0), RS, 1, 1)
+    assert math.isclose(exchanged - ideal, ALPHA, rel_tol=1e-9)
+
+
+def test_other_libraries_keep_their_reduce_scatter():
+    big = float(1 << 26)
+    for library in (None, CollectiveLibrary.NCCL):
+        assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
+    # the other collectives do not change under Open MPI: with one member per host coll/han passes every call to coll/tuned
+    for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
+        assert _t(_pair(library=OPEN_MPI), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
+
+
+LIBRARY = ReduceScatterRun.LIBRARY
+
+
 def test_open_mpis_rules_for_a_linear_reduce_scatter_at_their_boundaries():
     """Open MPI 5's fixed rules (coll/tuned) for reduce_scatter_block: (group size, bytes per member) -> linear?"""
     KiB, MiB = 1024, 1 << 20
@@ -86,34 +124,34 @@ def test_open_mpis_rules_for_a_linear_reduce_scatter_at_their_boundaries():
 
 
 def test_open_mpi_reduce_scatter_of_a_large_block_is_a_reduce_then_a_linear_scatter():
-    """Two members, 512 KiB each (Open MPI runs basic_linear): the reduce to rank 0 (the cheaper of the binomial tree and
+    """``reduce_scatter: library`` (MPI_Reduce_scatter_block, as the runtime ran it before the exchange): Two members, 512 KiB each (Open MPI runs basic_linear): the reduce to rank 0 (the cheaper of the binomial tree and
     the scatter-based reduce, here the latter: 2 alpha, m one way, m/2 summed), then rank 0 sends the other its
     half one way (alpha + m/2)."""
     m, G = float(1 << 20), GAMMA_GBPS * 1e9
     reduce = min(ALPHA + m / BW + m / G, 2 * ALPHA + m / BW + (m / 2) / G)
-    assert math.isclose(_t(_pair(library=OPEN_MPI), RS, m), reduce + ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
+    assert math.isclose(_t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, m), reduce + ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
     # the exchange it replaces would take alpha + m/2 + m/2 summed: the linear one is slower by m/2 one way
-    assert _t(_pair(library=OPEN_MPI), RS, m) > _t(_pair(), RS, m) + 0.9 * (m / 2) / BW
+    assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, m) > _t(_pair(), RS, m) + 0.9 * (m / 2) / BW
 
 
-def test_open_mpi_reduce_scatter_of_small_blocks_and_other_libraries_keep_the_exchange():
+def test_open_mpi_library_reduce_scatter_of_small_blocks_and_other_libraries_keep_the_bandwidth_optimal_schedule():
     small = float(128 << 10)  # 64 KiB per member: Open MPI runs butterfly, the bandwidth-optimal schedule
-    assert _t(_pair(library=OPEN_MPI), RS, small) == _t(_pair(), RS, small)
+    assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, small) == _t(_pair(), RS, small)
     big = float(1 << 26)
     for library in (None, CollectiveLibrary.NCCL):
         assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
     # the other collectives do not change: with one member per host coll/han passes every call to coll/tuned
     for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
-        assert _t(_pair(library=OPEN_MPI), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
+        assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
 
 
 def test_open_mpi_nonblocking_reduce_scatter_is_always_a_binomial_reduce_then_a_linear_scatter():
-    """libnbc's Ireduce_scatter_block, what a pipelined program's pieces run, at any size: the binomial reduce
+    """``reduce_scatter: library``: libnbc's Ireduce_scatter_block, what a pipelined program's pieces run, at any size: the binomial reduce
     (alpha + m one way + m summed), then the linear scatter (alpha + m/2 one way)."""
     G = GAMMA_GBPS * 1e9
     for m in (4096.0, float(128 << 10), float(1 << 26)):
         expected = ALPHA + m / BW + m / G + ALPHA + (m / 2) / BW + OVERHEAD
-        assert math.isclose(_t(_pair(library=OPEN_MPI), RS, m, nonblocking=True), expected, rel_tol=1e-12)
+        assert math.isclose(_t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, m, nonblocking=True), expected, rel_tol=1e-12)
 
 
 def test_libnbcs_rule_for_a_binomial_all_reduce_at_its_boundaries():
@@ -174,11 +212,22 @@ def test_z3_minimises_the_nonblocking_all_reduce_term_exactly():
             assert proved
 
 
+def test_open_mpi_exchanged_reduce_scatter_shares_the_nodes_uplink():
+    """node 2 x core 4, RS over data@node: four groups, one member of each on every node; each member sends the
+    other its m/2 through the node's 1 GB/s NIC, shared by the four: alpha + 4 * (m/2) / 1 GB/s (no summing rate)."""
+    h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
+                          Level(name="core", count=4, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI)
+    p = Placement(h, (Axis(name="data", size=2), Axis(name="model", size=4)), ((2, 1), (1, 4)))
+    m = float(1 << 26)
+    exchanged = Simulator(p, Request(frozenset({0}), RS), m)
+    assert math.isclose(step_seconds(exchanged, abstract.start_state(RS, 1), RS, 1, 1), ALPHA + 4 * (m / 2) / 1e9, rel_tol=1e-12)
+
+
 def test_open_mpi_linear_scatter_shares_the_roots_uplink():
     """node 2 x core 4, RS over data@node: four groups, whose roots all sit on node 0, share its 1 GB/s NIC; each
     root sends its m/2 one way: 4 * (m/2) / 1 GB/s after the reduce."""
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
-                          Level(name="core", count=4, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI)
+                          Level(name="core", count=4, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI, reduce_scatter=LIBRARY)
     p = Placement(h, (Axis(name="data", size=2), Axis(name="model", size=4)), ((2, 1), (1, 4)))
     m = float(1 << 26)
     linear = Simulator(p, Request(frozenset({0}), RS), m)
@@ -304,7 +353,7 @@ def _random_placement(draw):
               uplink_GBps=draw(st.sampled_from([None, 0.2])), duplex_efficiency=draw(st.sampled_from([None, 0.5]))),
         Level(name="core", count=counts[1], bandwidth_GBps=draw(st.sampled_from([2.0, 10.0])), latency_us=2),
     ), reduce_GBps=draw(st.sampled_from([None, 1.0, 4.0])), step_overhead_us=draw(st.sampled_from([None, 20.0])),
-       library=draw(st.sampled_from([None, OPEN_MPI])))
+       library=draw(st.sampled_from([None, OPEN_MPI])), reduce_scatter=draw(st.sampled_from([None, *ReduceScatterRun])))
     return Placement(h, (Axis(name="data", size=counts[0] * counts[1]),), ((counts[0], counts[1]),))
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy, ReduceScatterRun
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program, Request
 from p2synth.runtime.calibration import library_of
@@ -97,13 +97,23 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
             continue
         name = tb["testbed"]["name"]
         h = Hierarchy.model_validate(tb["hierarchy"])
-        if h.library is None:  # recorded before calibration wrote it: the library its calibration names
-            h = h.model_copy(update={"library": library_of(tb.get("calibration", {}).get("mpi", ""))})
+        h = as_measured(h, tb.get("calibration", {}).get("mpi", ""))
         hierarchies[name] = h
         for combo in tb["combos"]:
             if "results" in combo:
                 cases += combo_cases(name, h, combo, fit_every)
     return cases, hierarchies
+
+
+def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
+    """A recorded hierarchy as what ran its measurements: without a library (recorded before calibration wrote it),
+    the one its calibration's MPI string `mpi` names; under Open MPI without ``reduce_scatter`` (recorded before
+    calibration wrote it, when the runtime called ``MPI_Reduce_scatter_block``), ``library``."""
+    if h.library is None:
+        h = h.model_copy(update={"library": library_of(mpi)})
+    if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is None:
+        h = h.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
+    return h
 
 
 def in_fit_subset(testbed: str, combo: dict, fit_every: int) -> bool:
