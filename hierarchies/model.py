@@ -87,8 +87,8 @@ class CollectiveLibrary(str, Enum):
 class ReduceScatterRun(str, Enum):
     """How a reduce_scatter step runs under ``library: open-mpi`` (the runtime's numpy backend).
 
-    ``exchange`` (what an omitted field means): an all_to_all of the group's
-    blocks, then a local sum of the received blocks, as the runtime runs it;
+    ``exchange`` (what an omitted field means): the runtime's pairwise
+    exchange of the group's blocks, each added as it arrives;
     ``library``: ``MPI_Reduce_scatter_block``, Open MPI's own algorithm (a
     reduce and a linear scatter for large blocks in small groups), as the
     runtime ran it before the exchange: the measurements made then record it,
@@ -121,7 +121,7 @@ class Hierarchy(BaseModel):
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
-    reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (all_to_all and a local sum, as the runtime does; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
+    reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
 
     @field_validator("levels")
     @classmethod

@@ -31,10 +31,9 @@ leave as for the sequential program. The pieces' steps run as a wavefront of
 non-blocking collectives (:class:`Pipeline`).
 
 On a backend that runs reduce_scatter as an exchange (numpy:
-``Backend.reduce_scatter_by_exchange``), a reduce_scatter step is an
-all_to_all of the group's blocks into the ``EXCHANGE`` buffer, then a local
-sum of the ``k`` received blocks into the step's destination, run as the
-step's after-calls (so a pipelined piece sums once its ``MPI_Ialltoall`` is done).
+``Backend.reduce_scatter_by_exchange``), a reduce_scatter step runs over the
+backend's exchange group (``PairwiseExchange``: one peer at a time, summing as
+blocks arrive), which receives into the ``EXCHANGE`` buffer.
 """
 
 from __future__ import annotations
@@ -330,16 +329,14 @@ class Executor:
 
     def _step(self, before: tuple[Call, ...], group: GroupComm, op: Collective, src: Any, dst: Any,
               after: tuple[Call, ...], buffers: Buffers, piece: int, pieces: int) -> StepCalls:
-        """An active step's calls: the group's collective from `src` into `dst`, or, for a reduce_scatter on a backend
-        that runs it as an exchange, an all_to_all of `src`'s blocks into this piece's ``EXCHANGE`` segment and their
-        sum into `dst` once it is done."""
+        """An active step's calls: the collective from `src` into `dst` over `group`, or, for a reduce_scatter on a
+        backend that runs it as an exchange, over the backend's exchange group, receiving into this piece's
+        ``EXCHANGE`` segment."""
         if op is not Collective.REDUCE_SCATTER or not self.backend.reduce_scatter_by_exchange:
             return StepCalls(before, group, op, src, dst, after)
-        blocks = src.size // dst.size
         start = piece * (buffers.get(Role.EXCHANGE).size // pieces)
-        received = buffers.get(Role.EXCHANGE)[start : start + src.size]
-        return StepCalls(before, group, Collective.ALL_TO_ALL, src, received,
-                         (partial(self.backend.sum_blocks, received, dst, blocks), *after))
+        scratch = buffers.get(Role.EXCHANGE)[start : start + dst.size]
+        return StepCalls(before, self.backend.exchange_group(group, scratch), op, src, dst, after)
 
     def _all_zero(self, cells: set[Cell]) -> bool:
         """Whether this rank's digits on `cells` are all zero."""

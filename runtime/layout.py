@@ -21,8 +21,8 @@ class Role(str, Enum):
     A pipelined program (``Program.pipeline > 1``) reads its pieces'
     input from ``PIECES_IN`` and writes their output to ``PIECES_OUT``, the
     send and receive buffers re-cut piece by piece (see runtime/executor.py).
-    A reduce_scatter step that the backend runs as an exchange receives the
-    group's blocks in ``EXCHANGE`` before summing them into its destination.
+    A reduce_scatter step that the backend runs as a pairwise exchange receives
+    each peer's block in ``EXCHANGE`` before adding it to its destination.
     """
 
     SEND = "send"
@@ -31,7 +31,7 @@ class Role(str, Enum):
     SCRATCH_B = "scratch_b"
     PIECES_IN = "pieces_in"
     PIECES_OUT = "pieces_out"
-    EXCHANGE = "exchange"  # where a reduce_scatter step run as an exchange receives its blocks (runtime/executor.py)
+    EXCHANGE = "exchange"  # where a reduce_scatter step run as an exchange receives a block (runtime/backends.py)
 
 
 # Calls that run with the same buffer as input and output. all_reduce is not one

@@ -31,10 +31,12 @@ the emulated cluster call for (see ``docs/simulator.md``):
 * reduce_scatter under Open MPI (``Hierarchy.library``) is the runtime's
   exchange, not ``MPI_Reduce_scatter_block`` (a reduce to one member and a
   linear scatter for large blocks in small groups, always in libnbc): the numpy
-  backend runs every reduce_scatter step as an all_to_all of the group's
-  blocks and a local sum (runtime/backends.py), priced as that all_to_all
-  (:func:`solver.cost.all_to_all_time`) plus summing ``(k-1)/k`` of the data,
-  blocking or not. libnbc's all_reduce (pipelined programs' steps,
+  backend runs every reduce_scatter step as a pairwise exchange of the
+  group's blocks, summing each as it arrives (runtime/backends.py), priced as
+  an all_to_all of the blocks (:func:`solver.cost.all_to_all_time`: the same
+  bytes, one message per peer) plus summing ``(k-1)/k`` of the data, blocking
+  or not (``reduce_scatter: library`` keeps Open MPI's own, for measurements
+  made before). libnbc's all_reduce (pipelined programs' steps,
   ``nonblocking``) is a binomial reduce to the first rank and a binomial
   broadcast back for fewer than 4 members or under 64 KiB, Rabenseifner
   otherwise.
@@ -389,7 +391,7 @@ class Simulator:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
         if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is ReduceScatterRun.LIBRARY:
             rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
-        elif h.library is CollectiveLibrary.OPEN_MPI:  # the runtime's exchange: an all_to_all of the blocks, then their sum
+        elif h.library is CollectiveLibrary.OPEN_MPI:  # the runtime's pairwise exchange, priced as an all_to_all plus the sum
             rs = all_to_all_time(alg, self.placement, shape, S, Z) + part * gamma
         if h.library is CollectiveLibrary.OPEN_MPI:
             if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner

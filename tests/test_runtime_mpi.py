@@ -240,11 +240,13 @@ from p2synth.runtime.executor import Buffers, Executor
 from p2synth.runtime.layout import Role
 from tests.runtime_support import placement_of
 calls = []
-for name in ("reduce_scatter", "all_to_all"):
-    def record(self, src, dst, nonblocking=False, _call=getattr(backends.MpiGroup, name), _name=name):
-        calls.append(_name if not nonblocking else "i" + _name)
+def record(cls, name, label):
+    def call(self, src, dst, nonblocking=False, _call=getattr(cls, name)):
+        calls.append(label if not nonblocking else "i" + label)
         return _call(self, src, dst, nonblocking=nonblocking)
-    setattr(backends.MpiGroup, name, record)
+    setattr(cls, name, call)
+record(backends.MpiGroup, "reduce_scatter", "library")
+record(backends.PairwiseExchange, "reduce_scatter", "pairwise")
 world = MPI.COMM_WORLD
 pl = placement_of([("node", 2), ("core", 3)], [("data", 6)], [[2, 3]])
 node, core = Cell(0, 0), Cell(0, 1)
@@ -264,17 +266,18 @@ print(json.dumps({"rank": world.rank, **out}))
 """
 
 
-def test_reduce_scatter_steps_run_as_an_exchange_and_a_sum():
-    """numpy runs a reduce_scatter step as MPI_Alltoall (MPI_Ialltoall pipelined) plus a local sum, never as
-    MPI_Reduce_scatter_block, and the sums are exact: uint64, wrapping, each of 6 ranks its own chunk."""
+def test_reduce_scatter_steps_run_as_a_pairwise_exchange():
+    """numpy runs a reduce_scatter step as the pairwise exchange (started non-blocking when pipelined), never as
+    MPI_Reduce_scatter_block, and the sums are exact: uint64, wrapping, each of 6 ranks its own chunk, over groups
+    of 3 (core) and 2 (node) members."""
     job = run_mpi(6, ["-c", EXCHANGED], timeout=90)
     assert job.returncode == 0, job.stderr
     by_rank = {d["rank"]: d for d in map(json.loads, job.stdout.splitlines())}
     total = [(6 * 2**63 + 1000 * 15 + 6 * i) % 2**64 for i in range(24)]  # sum over ranks r of 2^63 + 1000 r + i
     for r in range(6):
         # rank r = (node digit r // 3, core digit r % 3) keeps chunk r: its 4 elements
-        assert by_rank[r]["1"] == {"recv": total[4 * r : 4 * r + 4], "calls": ["all_to_all", "all_to_all"]}
-        assert by_rank[r]["2"] == {"recv": total[4 * r : 4 * r + 4], "calls": ["iall_to_all"] * 4}
+        assert by_rank[r]["1"] == {"recv": total[4 * r : 4 * r + 4], "calls": ["pairwise", "pairwise"]}
+        assert by_rank[r]["2"] == {"recv": total[4 * r : 4 * r + 4], "calls": ["ipairwise"] * 4}
 
 
 def test_a_corrupted_program_is_caught_by_the_exact_check(tmp_path):

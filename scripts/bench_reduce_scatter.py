@@ -1,0 +1,111 @@
+"""One reduce_scatter step, several ways, side by side: what the runtime should run (issue 32, item 2).
+
+    python -m scripts.testbed up --nodes 4 --ranks-per-node 2 --inter-node 1gbit
+    python -m scripts.testbed run -- python -m scripts.bench_reduce_scatter --bytes 64M --rounds 7
+
+Over every rank of a ``nodes x ranks_per_node`` job (ranks consecutive per
+node, as ``testbed`` places them), the step ``RS(data@node)`` of the program
+``RS(data@core) -> RS(data@node)`` at message size M: one group per local rank,
+one member per node, each member holding M / ranks_per_node bytes (float32).
+Forms, timed in interleaved rounds (alternating order), each round's time the
+slowest rank's, after one untimed run each:
+
+* ``library``: ``MPI_Reduce_scatter_block`` (the runtime's ``MpiGroup``);
+* ``alltoall`` / ``ialltoall``: ``MPI_Alltoall`` / ``MPI_Ialltoall`` of the
+  blocks, then the sum of the received blocks;
+* ``pairwise`` / ``pairwise-started``: the runtime's ``PairwiseExchange``,
+  blocking, and started then waited (what a pipelined step does).
+
+Every form's output is checked against the exact sum (integer-valued floats)
+before timing. Prints per form the median, the fastest round, and the median
+over the step's one-way bound: ``(k-1)/k`` of each member's bytes out of every
+node, all local ranks' groups through the node's link at ``--link-GBps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from p2synth.hierarchies.cli import sizes_argument
+from p2synth.hierarchies.program import Collective
+from p2synth.runtime.backends import MpiGroup, PairwiseExchange
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="python -m scripts.bench_reduce_scatter", description=__doc__.split("\n\n")[0])
+    p.add_argument("--bytes", type=sizes_argument, default=(64 << 20,), help="message size M (default 64M)")
+    p.add_argument("--ranks-per-node", type=int, default=2, help="ranks per node (default 2)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds (default 7)")
+    p.add_argument("--link-GBps", type=float, default=0.1195, help="one-way payload rate of a node link (default: the "
+                   "4x2-1gbit calibration, 0.1195)")
+    return p.parse_args(argv)
+
+
+def forms(group: MpiGroup, src: np.ndarray, dst: np.ndarray, scratch: np.ndarray) -> dict:
+    """Each form as a call running the step once from `src` into `dst`."""
+    k = group.comm.Get_size()
+    exchange = PairwiseExchange(group, scratch[: dst.size])
+
+    def summed() -> None:
+        blocks = scratch.reshape(k, -1)
+        np.add(blocks[0], blocks[1], out=dst)
+        for block in blocks[2:]:
+            np.add(dst, block, out=dst)
+
+    return {
+        "library": lambda: group.reduce_scatter(src, dst),
+        "alltoall": lambda: (group.all_to_all(src, scratch), summed()),
+        "ialltoall": lambda: (group.all_to_all(src, scratch, nonblocking=True).Wait(), summed()),
+        "pairwise": lambda: exchange.reduce_scatter(src, dst),
+        "pairwise-started": lambda: exchange.start(Collective.REDUCE_SCATTER, src, dst).Wait(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the forms on this job; rank 0 prints the table."""
+    args = parse_args(argv)
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    node, local = divmod(rank, args.ranks_per_node)
+    comm = world.Split(color=local, key=node)
+    group, k, me = MpiGroup(comm), comm.Get_size(), comm.Get_rank()
+    nbytes = args.bytes[0]
+    count = nbytes // args.ranks_per_node // 4 // k * k
+    src = (np.arange(count, dtype=np.float32) % 1024) + rank
+    expected = (np.arange(count, dtype=np.float32) % 1024).reshape(k, -1)[me] * k + sum(
+        node_ * args.ranks_per_node + local for node_ in range(k))
+    dst, scratch = np.empty(count // k, np.float32), np.empty(count, np.float32)
+    runs = forms(group, src, dst, scratch)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name, run in runs.items():
+        dst.fill(np.nan)
+        world.Barrier()
+        run()
+        wrong = world.allreduce(int(np.count_nonzero(dst != expected)))
+        if wrong:
+            raise SystemExit(f"{name}: {wrong} wrong elements")
+    for r in range(args.rounds):
+        for name, run in (list(runs.items()) if r % 2 == 0 else list(runs.items())[::-1]):
+            world.Barrier()
+            t = time.perf_counter()
+            run()
+            times[name].append(world.allreduce(time.perf_counter() - t, op=MPI.MAX))
+    comm.Free()
+    if rank == 0:
+        bound = (k - 1) / k * count * 4 * args.ranks_per_node / (args.link_GBps * 1e9)
+        print(f"# RS(data@node) of RS(data@core) -> RS(data@node), {size} ranks ({k} nodes x {args.ranks_per_node}), "
+              f"{nbytes >> 20} MiB, {args.rounds} rounds; one-way bound {bound * 1e3:.1f} ms; every output exact")
+        for name, ts in times.items():
+            median = statistics.median(ts)
+            print(f"{name:18s} median {median * 1e3:8.1f} ms   fastest {min(ts) * 1e3:8.1f} ms   median / bound {median / bound:5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""scripts/bench_reduce_scatter.py under real MPI: every form checked exactly, then timed; a wrong form stops it."""
+
+import pytest
+
+from tests.runtime_support import run_mpi
+
+pytestmark = [pytest.mark.mpi]
+
+FORMS = ("library", "alltoall", "ialltoall", "pairwise", "pairwise-started")
+
+
+def test_every_form_is_exact_and_timed():
+    job = run_mpi(4, ["-m", "scripts.bench_reduce_scatter", "--bytes", "1M", "--rounds", "2"], timeout=90)
+    assert job.returncode == 0, job.stderr
+    lines = job.stdout.splitlines()
+    assert lines[0].startswith("# RS(data@node)") and "4 ranks (2 nodes x 2), 1 MiB, 2 rounds" in lines[0]
+    assert "every output exact" in lines[0]
+    assert [line.split()[0] for line in lines[1:]] == list(FORMS)
+
+
+def test_a_form_that_skips_its_sums_is_refused_before_timing():
+    """The pairwise exchange with its rounds never waited for (nothing received, nothing added): caught, exit 1."""
+    broken = ("import sys; import p2synth.runtime.backends as b; b.PairwiseRounds.Wait = lambda self: None; "
+              "from scripts.bench_reduce_scatter import main; sys.exit(main(sys.argv[1:]))")
+    job = run_mpi(4, ["-c", broken, "--bytes", "1M", "--rounds", "2"], timeout=90)
+    assert job.returncode != 0
+    assert "pairwise: " in job.stderr and "wrong elements" in job.stderr
