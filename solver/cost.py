@@ -245,7 +245,8 @@ def level_time(alg: Algebra, placement: Placement, l: int, volume: Any, S: Seque
     return alg.ite(shared > per_device, shared, per_device)
 
 
-def all_to_all_time(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any]) -> Any:
+def all_to_all_time(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any],
+                    two_way: Sequence[float] | None = None) -> Any:
     """Seconds of one all_to_all step, in both cost models: a message per peer, ``(k-1)/k`` of the data out.
 
     Latency: one ``alpha`` per peer, of the outermost level at which the peer
@@ -254,10 +255,14 @@ def all_to_all_time(alg: Algebra, placement: Placement, shape: StepShape, S: Seq
     level of :func:`level_traffic`. A flat step over ``K`` outer units of ``g``
     devices thus pays ``g (K-1)`` slow-level latencies where the hierarchical
     program pays ``K-1``, for the same bytes across the slow level
-    (docs/model.md, "All-to-all").
+    (docs/model.md, "All-to-all"). `two_way`: per level, the factor by which
+    data both ways at once slows each direction (the simulator's reduce_scatter
+    exchange); none for an all_to_all request's steps.
     """
-    return all_to_all_latency(alg, placement, shape, S) + slowest(alg, level_traffic(alg, placement, Collective.ALL_TO_ALL,
-                                                                                      shape, S, Z, exchange=True))
+    traffic = level_traffic(alg, placement, Collective.ALL_TO_ALL, shape, S, Z, exchange=True)
+    if two_way is not None:
+        traffic = [t * f for t, f in zip(traffic, two_way)]
+    return all_to_all_latency(alg, placement, shape, S) + slowest(alg, traffic)
 
 
 def all_to_all_latency(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any]) -> Any:

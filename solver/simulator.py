@@ -34,9 +34,10 @@ the emulated cluster call for (see ``docs/simulator.md``):
   backend runs every reduce_scatter step as a pairwise exchange of the
   group's blocks, summing each as it arrives (runtime/backends.py), priced as
   an all_to_all of the blocks (:func:`solver.cost.all_to_all_time`: the same
-  bytes, one message per peer) plus summing ``(k-1)/k`` of the data, blocking
-  or not (``reduce_scatter: library`` keeps Open MPI's own, for measurements
-  made before). libnbc's all_reduce (pipelined programs' steps,
+  bytes, one message per peer), each link's two directions busy at once as in
+  the bandwidth-optimal schedules (the two-way factor below), plus summing
+  ``(k-1)/k`` of the data, blocking or not (``reduce_scatter: library`` keeps
+  Open MPI's own, for measurements made before). libnbc's all_reduce (pipelined programs' steps,
   ``nonblocking``) is a binomial reduce to the first rank and a binomial
   broadcast back for fewer than 4 members or under 64 KiB, Rabenseifner
   otherwise.
@@ -392,7 +393,7 @@ class Simulator:
         if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is ReduceScatterRun.LIBRARY:
             rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
         elif h.library is CollectiveLibrary.OPEN_MPI:  # the runtime's pairwise exchange, priced as an all_to_all plus the sum
-            rs = all_to_all_time(alg, self.placement, shape, S, Z) + part * gamma
+            rs = all_to_all_time(alg, self.placement, shape, S, Z, two_way) + part * gamma
         if h.library is CollectiveLibrary.OPEN_MPI:
             if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner
                 ar = alg.ite(libnbc_binomial_all_reduce(alg, shape.k, m), rounds + round_gamma + rounds, ring_ar)
