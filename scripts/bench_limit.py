@@ -73,6 +73,7 @@ from p2synth.hierarchies.program import Program
 from scripts.accuracy.suite import Testbed
 from scripts.bench_alltoall import size_text
 from scripts.campaign import campaign_input, now, testbed_session
+from scripts.provenance import checkout_state
 from scripts.tables import console, markdown, ms, table
 
 MiB = 1 << 20
@@ -406,7 +407,7 @@ def measure(args: argparse.Namespace, log) -> dict:
     """Every testbed and case of the command line; the raw document (written to ``--out`` after every case)."""
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.update(args.env)  # every job (calibration, tuning) inherits it through scripts.testbed run
-    raw = {"started": now(), "command": sys.argv,
+    raw = {"started": now(), "command": sys.argv, "checkout": checkout_state(),
            "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()
                         if k in ("collectives", "sizes", "top", "repeats", "iters", "large_iters", "large_from", "warmup",
                                  "calibrate_bytes", "env")},

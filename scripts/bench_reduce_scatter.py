@@ -34,6 +34,7 @@ from mpi4py import MPI
 from p2synth.hierarchies.cli import sizes_argument
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.backends import MpiGroup, PairwiseExchange
+from scripts.provenance import checkout_state
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -99,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     comm.Free()
     if rank == 0:
         bound = (k - 1) / k * count * 4 * args.ranks_per_node / (args.link_GBps * 1e9)
+        checkout = checkout_state()
+        print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} commit {checkout['commit']} dirty {checkout['dirty']}")
         print(f"# RS(data@node) of RS(data@core) -> RS(data@node), {size} ranks ({k} nodes x {args.ranks_per_node}), "
               f"{nbytes >> 20} MiB, {args.rounds} rounds; one-way bound {bound * 1e3:.1f} ms; every output exact")
         for name, ts in times.items():

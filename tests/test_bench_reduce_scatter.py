@@ -13,9 +13,10 @@ def test_every_form_is_exact_and_timed():
     job = run_mpi(4, ["-m", "scripts.bench_reduce_scatter", "--bytes", "1M", "--rounds", "2"], timeout=90)
     assert job.returncode == 0, job.stderr
     lines = job.stdout.splitlines()
-    assert lines[0].startswith("# RS(data@node)") and "4 ranks (2 nodes x 2), 1 MiB, 2 rounds" in lines[0]
-    assert "every output exact" in lines[0]
-    assert [line.split()[0] for line in lines[1:]] == list(FORMS)
+    assert lines[0].startswith("# 20") and " commit " in lines[0]
+    assert lines[1].startswith("# RS(data@node)") and "4 ranks (2 nodes x 2), 1 MiB, 2 rounds" in lines[1]
+    assert "every output exact" in lines[1]
+    assert [line.split()[0] for line in lines[2:]] == list(FORMS)
 
 
 def test_a_form_that_skips_its_sums_is_refused_before_timing():
