@@ -1,8 +1,8 @@
 """The committed accuracy files are what the code computes from the committed raw measurements, byte for byte.
 
-Both campaigns: the one the simulator's terms were built on (docs/accuracy/) and the frozen-model campaign
-(docs/accuracy/frozen/), whose summary must also show that the code at hand predicts exactly what the frozen
-model predicted before the measurement.
+The campaigns: the one the simulator's terms were built on (docs/accuracy/), and the two frozen-model campaigns
+(docs/accuracy/frozen/, and docs/accuracy/exchange/ for the runtime's reduce_scatter exchange), whose summaries
+must also show that the code at hand predicts exactly what the frozen model predicted before the measurement.
 """
 
 import json
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ["docs/accuracy", "docs/accuracy/frozen"]
+FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -40,6 +40,28 @@ def test_the_frozen_campaign_judges_the_model_it_froze():
     assert set(raw["suite"]["collectives"]).isdisjoint(built_on["suite"]["collectives"])
 
 
+def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchange():
+    """docs/accuracy/exchange/: the main campaign's reduce_scatter combos on its 1 Gbit/s testbeds, measured after the
+    runtime began running reduce_scatter steps as an exchange, with the model frozen first."""
+    doc = json.loads((ROOT / "docs/accuracy/exchange/summary.json").read_text())
+    raw = json.loads((ROOT / "docs/accuracy/exchange/raw.json").read_text())
+    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
+    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
+    from datetime import datetime
+    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
+    assert raw["suite"]["collectives"] == ["reduce_scatter"]
+    # the runs recorded the exchange; the main campaign's are read as the library's (scripts/accuracy/cases.as_measured)
+    assert all(tb["hierarchy"]["reduce_scatter"] == "exchange" for tb in raw["testbeds"])
+    assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
+
+
+def test_the_exchange_readme_shows_the_comparison_with_the_main_campaign():
+    done = subprocess.run([sys.executable, "-m", "scripts.compare_campaigns", "docs/accuracy/raw.json",
+                           "docs/accuracy/exchange/raw.json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in (ROOT / "docs/accuracy/exchange/README.md").read_text()
+
+
 def _table(*args):
     done = subprocess.run([sys.executable, "-m", "scripts.accuracy.table", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
@@ -52,6 +74,7 @@ def _table(*args):
     ("docs/accuracy/frozen/README.md", ["docs/accuracy/frozen/summary.json"]),
     ("docs/accuracy/README.md", ["docs/accuracy/summary.json"]),
     ("docs/accuracy/pipelined/README.md", ["docs/accuracy/pipelined/summary.json"]),
+    ("docs/accuracy/exchange/README.md", ["docs/accuracy/exchange/summary.json"]),
 ])
 def test_the_docs_show_the_summaries_figures(doc, summaries):
     """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
