@@ -334,8 +334,7 @@ class Executor:
         ``EXCHANGE`` segment."""
         if op is not Collective.REDUCE_SCATTER or not self.backend.reduce_scatter_by_exchange:
             return StepCalls(before, group, op, src, dst, after)
-        start = piece * (buffers.get(Role.EXCHANGE).size // pieces)
-        scratch = buffers.get(Role.EXCHANGE)[start : start + dst.size]
+        scratch = buffers.view(Role.EXCHANGE, dst.size // (buffers.chunk // pieces), piece, pieces)  # dst's chunks
         return StepCalls(before, self.backend.exchange_group(group, scratch), op, src, dst, after)
 
     def _all_zero(self, cells: set[Cell]) -> bool:

@@ -390,11 +390,11 @@ class Simulator:
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
             if han is not None:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
-        if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is ReduceScatterRun.LIBRARY:
-            rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
-        elif h.library is CollectiveLibrary.OPEN_MPI:  # the runtime's pairwise exchange, priced as an all_to_all plus the sum
-            rs = all_to_all_time(alg, self.placement, shape, S, Z, two_way) + part * gamma
         if h.library is CollectiveLibrary.OPEN_MPI:
+            if h.reduce_scatter is ReduceScatterRun.LIBRARY:
+                rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
+            else:  # the runtime's pairwise exchange, priced as an all_to_all plus the sum
+                rs = all_to_all_time(alg, self.placement, shape, S, Z, two_way) + part * gamma
             if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner
                 ar = alg.ite(libnbc_binomial_all_reduce(alg, shape.k, m), rounds + round_gamma + rounds, ring_ar)
 

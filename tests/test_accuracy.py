@@ -735,7 +735,7 @@ def test_resume_refuses_another_suites_raw_document(tmp_path):
 
 def test_resume_refuses_a_raw_document_measured_before_the_runtimes_reduce_scatter_exchange(tmp_path):
     """Its combos ran MPI_Reduce_scatter_block and new ones would run the exchange: one document, two runtimes."""
-    from scripts.accuracy.measure import ran_library_reduce_scatter
+    from scripts.accuracy.cases import ran_library_reduce_scatter
 
     levels = [{"name": "node", "count": 2, "bandwidth_GBps": 0.12, "latency_us": 10.0}, {"name": "core", "count": 2}]
     doc = lambda h: {"suite": TINY.to_json(), "testbeds": [{"testbed": {"name": "2x2-1gbit"}, "hierarchy": h, "combos": []}]}
@@ -743,6 +743,10 @@ def test_resume_refuses_a_raw_document_measured_before_the_runtimes_reduce_scatt
     assert ran_library_reduce_scatter(before)
     assert not ran_library_reduce_scatter(doc({"levels": levels, "library": "open-mpi", "reduce_scatter": "exchange"}))
     assert not ran_library_reduce_scatter(doc({"levels": levels}))  # no library: the simulator's ideal schedules
+    # recorded before calibration wrote the library: the one its calibration's MPI string names
+    older = doc({"levels": levels})
+    older["testbeds"][0]["calibration"] = {"mpi": "Open MPI v5.0.5, package: Open MPI"}
+    assert ran_library_reduce_scatter(older)
     raw = tmp_path / "tiny.raw.json"
     raw.write_text(json.dumps(before))
     r = subprocess.run([sys.executable, "-m", "scripts.accuracy", "--suite", "tiny", "--resume", str(raw), "--out",

@@ -96,8 +96,7 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
         if "hierarchy" not in tb:
             continue
         name = tb["testbed"]["name"]
-        h = Hierarchy.model_validate(tb["hierarchy"])
-        h = as_measured(h, tb.get("calibration", {}).get("mpi", ""))
+        h = measured_hierarchy(tb)
         hierarchies[name] = h
         for combo in tb["combos"]:
             if "results" in combo:
@@ -114,6 +113,19 @@ def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is None:
         h = h.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
     return h
+
+
+def measured_hierarchy(tb: dict) -> Hierarchy:
+    """A raw document's testbed entry's recorded hierarchy, as what ran its measurements (:func:`as_measured`, with
+    the MPI string its calibration recorded)."""
+    return as_measured(Hierarchy.model_validate(tb["hierarchy"]), tb.get("calibration", {}).get("mpi", ""))
+
+
+def ran_library_reduce_scatter(raw: dict) -> bool:
+    """Whether the raw document `raw` was measured while the runtime called ``MPI_Reduce_scatter_block``: some
+    testbed's hierarchy, read as what ran (:func:`measured_hierarchy`), says ``reduce_scatter: library``."""
+    return any(measured_hierarchy(tb).reduce_scatter is ReduceScatterRun.LIBRARY
+               for tb in raw.get("testbeds", []) if "hierarchy" in tb)
 
 
 def in_fit_subset(testbed: str, combo: dict, fit_every: int) -> bool:

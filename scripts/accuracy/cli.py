@@ -116,7 +116,8 @@ def _resume(path: Path, suite) -> dict | None:
     except (OSError, ValueError) as e:
         print(f"error: --resume {path}: not a readable raw JSON document ({e.__class__.__name__})", file=sys.stderr)
         return None
-    from scripts.accuracy.measure import measured_with, ran_library_reduce_scatter
+    from scripts.accuracy.cases import ran_library_reduce_scatter
+    from scripts.accuracy.measure import measured_with
 
     if not measured_with(doc, suite):
         print(f"error: --resume {path}: not a raw document of suite {suite.name}; resume with the suite it was "

@@ -116,14 +116,6 @@ def measured_with(raw: dict, suite: Suite) -> bool:
         return False
 
 
-def ran_library_reduce_scatter(raw: dict) -> bool:
-    """Whether the raw document `raw` was measured while the runtime called ``MPI_Reduce_scatter_block``: a testbed's
-    recorded hierarchy is Open MPI's without ``reduce_scatter`` (calibration writes it since the runtime's
-    exchange; ``cases.as_measured``)."""
-    return any(tb.get("hierarchy", {}).get("library") == "open-mpi" and "reduce_scatter" not in tb["hierarchy"]
-               for tb in raw.get("testbeds", []))
-
-
 def _write(raw: dict, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(raw, indent=1) + "\n")

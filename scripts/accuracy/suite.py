@@ -191,8 +191,8 @@ FROZEN = Suite(
 )
 
 # The reduce_scatter combos of the default suite on its two 1 gbit/s testbeds, re-measured after the runtime began
-# running reduce_scatter steps as an exchange (issue 32, item 2: MPI_Alltoall of the blocks and a local sum, not
-# MPI_Reduce_scatter_block), under the frozen suite's rules: the model's commit and every prediction recorded before
+# running reduce_scatter steps as an exchange (issue 32, item 2: a pairwise exchange of the blocks, each added as it
+# arrives, not MPI_Reduce_scatter_block), under the frozen suite's rules: the model's commit and every prediction recorded before
 # the first timed run, each combo's tuner pick re-measured in a separate job.
 EXCHANGE = replace(
     DEFAULT, name="exchange", testbeds=DEFAULT.testbeds[2:], collectives=("reduce_scatter",), validate=True, frozen=True,

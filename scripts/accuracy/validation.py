@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import statistics
 
-from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.program import Program
-from scripts.accuracy.cases import as_measured, combo_request, in_fit_subset
+from scripts.accuracy.cases import combo_request, in_fit_subset, measured_hierarchy
 from scripts.accuracy.programs import predict
 
 
@@ -65,7 +64,7 @@ def frozen_check(raw: dict, tolerance: float = 1e-9) -> dict | None:
     for tb in raw["testbeds"]:
         if "hierarchy" not in tb:
             continue
-        h = as_measured(Hierarchy.model_validate(tb["hierarchy"]), tb.get("calibration", {}).get("mpi", ""))
+        h = measured_hierarchy(tb)
         for combo in tb.get("combos", []):
             pl, req = combo_request(h, combo)
             for r in combo.get("results", []):
