@@ -102,6 +102,25 @@ class ReduceScatterRun(str, Enum):
         return self.value
 
 
+class HanBroadcast(str, Enum):
+    """How the simulator prices coll/han's inter-host broadcast stage under ``library: open-mpi``.
+
+    ``binomial`` (what an omitted field means): libnbc's ibcast as Open MPI 5
+    runs it by default (``coll_libnbc_ibcast_skip_dt_decision`` true): linear
+    up to 4 host leaders, a binomial tree above, each round forwarding the
+    whole segment, the round's transfers that leave one unit sharing its
+    uplink; ``one-copy``: one pipelined copy across each level above 4
+    leaders, the price the first frozen campaign froze, kept so that its
+    recorded hierarchies are scored under the model it judged.
+    """
+
+    BINOMIAL = "binomial"
+    ONE_COPY = "one-copy"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Link:
     """Resolved link figures of one level, in SI units (bytes/s, seconds)."""
@@ -122,6 +141,7 @@ class Hierarchy(BaseModel):
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
     reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
+    han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
 
     @field_validator("levels")
     @classmethod

@@ -58,12 +58,13 @@ factors, which keeps the symbolic form linear.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary, ReduceScatterRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
@@ -123,7 +124,8 @@ def libnbc_binomial_all_reduce(alg: Algebra, k: Any, m: Any) -> Any:
 # Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce and MPI_Bcast on every
 # communicator with members on several hosts ("intra" algorithms, segment size 64 KiB by default): see open_mpi_han.
 HAN_SEGMENT_BYTES = 65536.0
-# libnbc's ibcast, which HAN's inter-host stage calls, is linear up to this many members (a chain above).
+# libnbc's ibcast, which HAN's inter-host stage calls, is linear up to this many members (binomial above: Open MPI 5
+# skips the size-based chain by default, coll_libnbc_ibcast_skip_dt_decision).
 LIBNBC_LINEAR_BCAST_MAX = 4
 
 
@@ -151,6 +153,58 @@ def _root_time(alg: Algebra, placement: Placement, shape: StepShape, l: int, vol
     return _max(alg, level_time(alg, placement, l, volume, S, Z, shape.factors, shape.levels), alone)
 
 
+@functools.lru_cache(maxsize=4096)
+def binomial_rounds(leaders: tuple[tuple[int, int], ...]) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """libnbc's binomial broadcast among host leaders, round by round: per level, the most transfers that leave or
+    enter one unit of that level in the round, as ``(level, transfers)`` pairs.
+
+    `leaders`: the ``(level, factor)`` of each cell the leaders differ on, the
+    first most significant in their order (a group's members are ordered by
+    their digits on its slice, :meth:`ConcreteModel.grid`); the root is leader
+    0. In round ``r`` each leader ``v < 2**r`` sends the whole segment to
+    ``v + 2**r``. A transfer leaves a level-``l`` unit when the two leaders'
+    digits differ on a cell at level ``l`` or an outer one.
+    """
+    radices = [f for _, f in leaders]
+    count = math.prod(radices)
+    digits = []
+    for j in range(count):
+        d = []
+        for f in reversed(radices):
+            j, x = divmod(j, f)
+            d.append(x)
+        digits.append(tuple(reversed(d)))
+    levels = sorted({lv for lv, _ in leaders})
+    rounds = []
+    r = 1
+    while r < count:
+        pairs = [(v, v + r) for v in range(min(r, count - r))]
+        crossing: dict[int, int] = {}
+        for l in levels:
+            mine = [i for i, (lv, _) in enumerate(leaders) if lv <= l]
+            unit = lambda j: tuple(digits[j][i] for i in mine)
+            moves = [(unit(a), unit(b)) for a, b in pairs if unit(a) != unit(b)]
+            if moves:
+                out = max(sum(1 for a, _ in moves if a == u) for u, _ in moves)
+                into = max(sum(1 for _, b in moves if b == u) for _, u in moves)
+                crossing[l] = max(out, into)
+        rounds.append(tuple(sorted(crossing.items())))
+        r *= 2
+    return tuple(rounds)
+
+
+def _by_subset(alg: Algebra, S: Sequence[Any], indices: Sequence[int], leaf) -> Any:
+    """``leaf(chosen)`` for the `indices` whose flag in `S` holds: an ite tree over the flags that are not constants."""
+    def rec(j: int, chosen: tuple[int, ...]) -> Any:
+        if j == len(indices):
+            return leaf(chosen)
+        flag = S[indices[j]]
+        if isinstance(flag, bool):
+            return rec(j + 1, chosen + (indices[j],) if flag else chosen)
+        return alg.ite(flag, rec(j + 1, chosen + (indices[j],)), rec(j + 1, chosen))
+    return rec(0, ())
+
+
 def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any], gamma: float,
                  two_way: Sequence[float]) -> HanTimes | None:
     """Open MPI's coll/han on one step whose group spans hosts (`across`; see :func:`host_level`) with several members
@@ -164,7 +218,11 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     bringing ``2 (1 - 1/K) m`` into the root's level-``l`` unit, ``K`` the
     leaders' factors at levels <= ``l``; and an ibcast from it: linear up to 4
     leaders, sending ``L - L_in`` copies across level ``l`` (``L_in`` the
-    leaders inside the root's unit), a chain above, one copy). An all_reduce
+    leaders inside the root's unit), a binomial tree above
+    (:func:`binomial_rounds`; under ``han_broadcast: one-copy``, one copy).
+    HAN waits for each segment's inter-host stage before it starts the next,
+    so the tree's rounds add up, each as slow as its busiest level, whose
+    uplink its transfers leaving one unit share. An all_reduce
     runs both at once, the two directions of the root's link sharing it
     (``duplex_efficiency``). The time is the slower stage over the whole
     buffer, plus the faster one over one segment (fill and drain); the
@@ -180,19 +238,51 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     inside = alg.any([S[i] for i, lv in enumerate(shape.levels) if lv > host])
     leaders = _product(alg, [(S[i], shape.factors[i]) for i in up], 1.0)
 
+    def sent(l: int, v: Any) -> Any:
+        """The linear broadcast's copies out of the root's level-`l` unit (one copy above 4 leaders, the
+        ``one-copy`` price)."""
+        outer = [(S[i], shape.factors[i]) for i in up if shape.levels[i] <= l]
+        inner = [(S[i], shape.factors[i]) for i in up if shape.levels[i] > l]
+        copies = _product(alg, outer + inner, v) - _product(alg, inner, v)
+        return _root_time(alg, placement, shape, l, alg.ite(leaders < LIBNBC_LINEAR_BCAST_MAX + 0.5, copies, v), S, Z)
+
+    def received(l: int, v: Any) -> Any:
+        """The reduce's data into the root's level-`l` unit."""
+        outer = [(S[i], shape.factors[i]) for i in up if shape.levels[i] <= l]
+        return _root_time(alg, placement, shape, l, (v - _product(alg, outer, v, divide=True)) * 2.0, S, Z)
+
+    def tree(v: Any, both: bool) -> Any:
+        """The binomial broadcast of `v` bytes among the chosen leaders (:func:`binomial_rounds`), its links shared
+        with a reduce running the other way when `both`; 0 up to 4 leaders, where it does not run."""
+        def leaf(chosen: tuple[int, ...]) -> Any:
+            cells = tuple((shape.levels[i], shape.factors[i]) for i in chosen)
+            if math.prod(f for _, f in cells) <= LIBNBC_LINEAR_BCAST_MAX:
+                return 0.0
+            total = 0.0
+            for crossing in binomial_rounds(cells):
+                slowest = 0.0
+                for l, c in crossing:
+                    t = _max(alg, level_time(alg, placement, l, v * float(c), S, Z, shape.factors, shape.levels),
+                             v * (1.0 / h.links[l].bandwidth))
+                    slowest = _max(alg, slowest, t * two_way[l] if both else t)
+                total = total + slowest
+            return total
+        return _by_subset(alg, S, up, leaf)
+
     def inter(v: Any, out: bool, into: bool) -> Any:
         """The inter-host stage on `v` bytes: the broadcast's copies out of the root (`out`), the reduce's data
         into it (`into`), or both at once."""
         def at(l: int) -> Any:
-            outer = [(S[i], shape.factors[i]) for i in up if shape.levels[i] <= l]
-            inner = [(S[i], shape.factors[i]) for i in up if shape.levels[i] > l]
-            copies = _product(alg, outer + inner, v) - _product(alg, inner, v)
-            sent = _root_time(alg, placement, shape, l, alg.ite(leaders < LIBNBC_LINEAR_BCAST_MAX + 0.5, copies, v), S, Z)
-            received = _root_time(alg, placement, shape, l, (v - _product(alg, outer, v, divide=True)) * 2.0, S, Z)
             if out and into:
-                return _max(alg, sent, received) * two_way[l]
-            return sent if out else received
-        return _slowest_spanned(alg, shape, host + 1, at)
+                return _max(alg, sent(l, v), received(l, v)) * two_way[l]
+            return sent(l, v) if out else received(l, v)
+        linear = _slowest_spanned(alg, shape, host + 1, at)
+        if not out or h.han_broadcast is HanBroadcast.ONE_COPY:
+            return linear
+        binomial = tree(v, into)
+        if into:
+            binomial = _max(alg, binomial, _slowest_spanned(alg, shape, host + 1, lambda l: received(l, v) * two_way[l]))
+        return alg.ite(leaders < LIBNBC_LINEAR_BCAST_MAX + 0.5, linear, binomial)
 
     def intra(v: Any, transfers: float, reduces: bool) -> Any:
         """The intra-host stage on `v` bytes: `transfers` shared-memory copies over the slowest level inside a host,

@@ -13,8 +13,8 @@ from p2synth.solver.search import solve
 from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
-from p2synth.solver.simulator import Simulator, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
-from p2synth.hierarchies.model import CollectiveLibrary, ReduceScatterRun
+from p2synth.solver.simulator import Simulator, binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun
 from tests import oracles
 
 AR, RS, AG, R, B, A2A, SR = Collective
@@ -235,10 +235,11 @@ def test_open_mpi_linear_scatter_shares_the_roots_uplink():
     assert math.isclose(step_seconds(linear, abstract.start_state(RS, 1), RS, 1, 1), reduce + ALPHA + 4 * (m / 2) / 1e9, rel_tol=1e-12)
 
 
-def _han_flat(library=OPEN_MPI, nodes=2, cores=2):
+def _han_flat(library=OPEN_MPI, nodes=2, cores=2, han_broadcast=None):
     # node x core, one 1 GB/s NIC per node shared by its cores; shared memory 10 GB/s; no reduction compute
     h = Hierarchy(levels=(Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
-                          Level(name="core", count=cores, bandwidth_GBps=10.0, latency_us=1.0)), library=library)
+                          Level(name="core", count=cores, bandwidth_GBps=10.0, latency_us=1.0)), library=library,
+                  han_broadcast=han_broadcast)
     return Placement(h, (Axis(name="data", size=nodes * cores),), ((nodes, cores),))
 
 
@@ -281,14 +282,73 @@ def test_open_mpi_han_sums_its_stages_below_one_segment():
     assert math.isclose(_step(p, B, m, 0b11), m / 1e9 + m / 10e9 + 10e-6, rel_tol=1e-12)
 
 
-def test_open_mpi_han_broadcast_is_linear_up_to_four_leaders_then_a_chain():
-    """Two members per host: four leaders get three copies out of the root's NIC (libnbc's linear ibcast), eight get
-    one (its chain); the intra-host broadcast (m at 10 GB/s) is the faster stage."""
+def test_open_mpi_han_broadcast_is_linear_up_to_four_leaders_then_a_binomial_tree():
+    """Two members per host: four leaders get three copies out of the root's NIC (libnbc's linear ibcast); eight run
+    its binomial tree, three rounds of one whole copy each, one after the other (HAN waits for each segment's
+    inter-host stage); under ``han_broadcast: one-copy`` (the first frozen campaign's price) eight get one copy. The
+    intra-host broadcast (m at 10 GB/s) is the faster stage."""
     m, seg = float(1 << 26), 65536.0
-    for nodes, copies in ((4, 3), (8, 1)):
-        p = _han_flat(nodes=nodes)
+    for nodes, copies, price in ((4, 3, None), (8, 3, None), (8, 3, HanBroadcast.BINOMIAL), (8, 1, HanBroadcast.ONE_COPY)):
+        p = _han_flat(nodes=nodes, han_broadcast=price)
         waits = 10e-6 * math.log2(nodes) * m / seg
-        assert math.isclose(_step(p, B, m, 0b11), copies * m / 1e9 + seg / 10e9 + waits, rel_tol=1e-12), nodes
+        assert math.isclose(_step(p, B, m, 0b11), copies * m / 1e9 + seg / 10e9 + waits, rel_tol=1e-12), (nodes, price)
+
+
+def _racks(racks, nodes, uplink, han_broadcast=None):
+    # rack x node x core, no latency: node NICs 1 GB/s, a rack uplink `uplink` GB/s, shared memory 1000 GB/s
+    return Hierarchy(levels=(Level(name="rack", count=racks, bandwidth_GBps=10.0, uplink_GBps=uplink, latency_us=0.0),
+                             Level(name="node", count=nodes, bandwidth_GBps=1.0, latency_us=0.0),
+                             Level(name="core", count=2, bandwidth_GBps=1000.0, latency_us=0.0)),
+                     library=OPEN_MPI, han_broadcast=han_broadcast)
+
+
+def test_binomial_rounds_count_the_transfers_that_leave_one_unit():
+    """Six leaders, in the group's order (its slice's cells, the first most significant). Rack-major (2 racks x 3
+    nodes): leader 0 sends to 1 inside the rack, then 0->2 inside and 1->3 across, then 0->4 and 1->5 both out of
+    rack 0. Node-major (3 nodes x 2 racks, the order racks alternate in): only the first round crosses racks."""
+    assert binomial_rounds(((0, 2), (1, 3))) == (((1, 1),), ((0, 1), (1, 1)), ((0, 2), (1, 1)))
+    assert binomial_rounds(((1, 3), (0, 2))) == (((0, 1), (1, 1)), ((1, 1),), ((1, 1),))
+    # 3 racks x 2 nodes: after the first round, both transfers of each round leave rack 0
+    assert binomial_rounds(((0, 3), (1, 2))) == (((1, 1),), ((0, 2), (1, 1)), ((0, 2), (1, 1)))
+    assert binomial_rounds(((1, 8),)) == (((1, 1),),) * 3
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(2, 4)), min_size=1, max_size=3))
+@settings(max_examples=60, deadline=None)
+def test_binomial_rounds_are_ceil_log2_rounds_each_bounded_by_its_transfers(cells):
+    """ceil(log2 L) rounds; in round r at most min(2^r, L - 2^r) transfers; each level's count is at least 1 where
+    some transfer crosses it, and the innermost level of the leaders is crossed by every transfer."""
+    leaders = math.prod(f for _, f in cells)
+    rounds = binomial_rounds(tuple(cells))
+    assert len(rounds) == math.ceil(math.log2(leaders))
+    inner = max(l for l, _ in cells)
+    for r, crossing in enumerate(rounds):
+        counts = dict(crossing)
+        assert counts.get(inner) == 1  # every leader sends and receives at most once a round
+        assert all(1 <= c <= min(2 ** r, leaders - 2 ** r) for c in counts.values())
+
+
+def test_open_mpi_han_broadcast_over_six_leaders_pays_each_rounds_busiest_uplink():
+    """12 ranks, 2 racks x 3 nodes x 2 cores, the rack uplink 0.25 GB/s: one step over all of them. Rack-major the
+    three rounds cost m/1e9 (inside a rack), m/0.25e9 (one transfer across) and 2m/0.25e9 (two out of rack 0, sharing
+    its uplink); with the racks alternating (``data=[node 3, core 2] model=[rack 2]``, the step over both axes) only the
+    first round crosses: m/0.25e9 + 2m/1e9. Plus the intra-host broadcast of one segment at 1000 GB/s. Under
+    ``one-copy``: one copy, across the uplink, whatever the order."""
+    m, seg = float(1 << 26), 65536.0
+    intra = seg / 1000e9
+    for price in (None, HanBroadcast.ONE_COPY):
+        h = _racks(2, 3, 0.25, price)
+        flat = Placement(h, (Axis(name="data", size=12),), ((2, 3, 2),))
+        alternating = Placement(h, (Axis(name="data", size=6), Axis(name="model", size=2)), ((1, 3, 2), (2, 1, 1)))
+        rack_major = _step(flat, B, m, 0b111)
+        sim = Simulator(alternating, Request(frozenset({0, 1}), B), m)
+        racks_alternate = step_seconds(sim, abstract.start_state(B, 3), B, 0b111, 3)
+        if price is None:
+            assert math.isclose(rack_major, m / 1e9 + m / 0.25e9 + 2 * m / 0.25e9 + intra, rel_tol=1e-12)
+            assert math.isclose(racks_alternate, m / 0.25e9 + 2 * m / 1e9 + intra, rel_tol=1e-12)
+        else:
+            assert math.isclose(rack_major, m / 0.25e9 + intra, rel_tol=1e-12)
+            assert math.isclose(racks_alternate, m / 0.25e9 + intra, rel_tol=1e-12)
 
 
 def test_open_mpi_han_leaves_one_host_groups_one_member_per_host_nonblocking_steps_and_other_libraries_alone():
@@ -312,6 +372,9 @@ def test_z3_minimises_the_coll_han_term_exactly():
     three = Placement(rack, (Axis(name="data", size=8),), ((2, 2, 2),))
     cases = [(p, op, m) for p in (_han_flat(nodes=2), _han_flat(nodes=4)) for op in (AR, R, B)
              for m in (16384.0, 65536.0, float(1 << 24))] + [(three, AR, float(1 << 24))]
+    # six leaders, two per rack: libnbc's binomial broadcast, its rounds priced per leader order (binomial_rounds)
+    six = Placement(_racks(3, 2, 0.25), (Axis(name="data", size=12),), ((3, 2, 2),))
+    cases += [(six, op, float(1 << 22)) for op in (AR, B)]
     assert_z3_ranks_as_the_search(cases)
 
 
