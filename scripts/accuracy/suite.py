@@ -190,6 +190,16 @@ FROZEN = Suite(
     limit=12, sample=12, validate=True, frozen=True, calibrate_max_bytes=16 * MiB,
 )
 
+# The second frozen-model campaign (issue 32, item 4), after the simulator priced coll/han's broadcast between more
+# than 4 host leaders as libnbc's binomial tree: a shape no campaign measured (3 racks of 2 nodes of 2 ranks, so that a
+# flat call over all 12 ranks has 6 host leaders, 2 per rack) with all_reduce (coll/han's reduce and broadcast) and
+# reduce_scatter (the runtime's exchange), under the frozen suite's rules.
+FROZEN_3X2X2 = replace(
+    FROZEN, name="frozen-3x2x2",
+    testbeds=(Testbed("3x2x2-1gbit-400mbit", nodes=6, ranks_per_node=2, inter_node="1gbit", racks=3, inter_rack="400mbit"),),
+    collectives=("all_reduce", "reduce_scatter"),
+)
+
 # The reduce_scatter combos of the default suite on its two 1 gbit/s testbeds, re-measured after the runtime began
 # running reduce_scatter steps as an exchange (issue 32, item 2: a pairwise exchange of the blocks, each added as it
 # arrives, not MPI_Reduce_scatter_block), under the frozen suite's rules: the model's commit and every prediction recorded before
@@ -201,7 +211,7 @@ EXCHANGE = replace(
 # The frozen suite's protocol on one small testbed and one combo: the end-to-end test of validation and freezing.
 FROZEN_TINY = replace(TINY, name="frozen-tiny", collectives=("reduce",), validate=True, frozen=True)
 
-SUITES = {"exchange": EXCHANGE, "frozen": FROZEN, "frozen-tiny": FROZEN_TINY, "default": DEFAULT, "pipelined": PIPELINED, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
+SUITES = {"exchange": EXCHANGE, "frozen": FROZEN, "frozen-3x2x2": FROZEN_3X2X2, "frozen-tiny": FROZEN_TINY, "default": DEFAULT, "pipelined": PIPELINED, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
 
 
 def load_suite(name_or_path: str) -> Suite:
