@@ -78,6 +78,11 @@ def aggregate(cases: list[Case], key: str) -> dict:
         "tuned_regret_max": max(p["tuned_regret"] for p in per),
         "spearman": _mean(rhos),
         "spearman_median": statistics.median(rhos) if rhos else None,
+        # every program of every case in one ranking: the cases' sizes and groups order most of it (see the next)
+        "spearman_pooled": M.spearman([x for c in cases for x in c.predicted[key]], [y for c in cases for y in c.measured]),
+        # the same, for a "model" that predicts each program's message size and nothing else
+        "spearman_pooled_size_only": M.spearman([float(c.nbytes) for c in cases for _ in c.measured],
+                                                [y for c in cases for y in c.measured]),
         "spearman_over_10_programs": _mean([p["spearman"] for p, k in zip(per, sizes) if k > 10 and p["spearman"] is not None]),
         "spearman_3_programs": _mean([p["spearman"] for p, k in zip(per, sizes) if k == 3 and p["spearman"] is not None]),
         "discordant_pairs": (d := sum(p["discordant"][0] for p in per)),

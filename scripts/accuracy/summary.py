@@ -15,7 +15,8 @@ TUNER_OOS_FIELDS = ("tuner_oos_cases", "tuner_oos_loss_5pct", "tuner_oos_regret_
 TARGETS = {"top1_strict": 0.7, "top1_strict_over_always_default": 0.25, "top1": 0.8, "top10": 0.99, "spearman": 0.9,
            "median_rel_error": 0.15, "pick_loss_5pct": 0.02, "tuner_oos_loss_5pct": 0.0, "tuner_oos_cases": 40, "tuned_loss_5pct": 0.0,
            "tuned_regret_median": 1.02}
-DOCS = {"default": "docs/accuracy", "frozen": "docs/accuracy/frozen"}  # where each suite's files live
+DOCS = {"default": "docs/accuracy", "frozen": "docs/accuracy/frozen", "exchange": "docs/accuracy/exchange",
+        "frozen-3x2x2": "docs/accuracy/frozen-3x2x2"}  # where each suite's files live
 
 
 def summary_doc(report: dict, raw_name: str, suite: str = "default") -> dict:
@@ -26,7 +27,8 @@ def summary_doc(report: dict, raw_name: str, suite: str = "default") -> dict:
     sim = s["simulator"]
     doc = {k: sim.get(k) for k in SUMMARY_FIELDS}
     doc["protocol"] = report.get("protocol")
-    for k in (*NEW_FIELDS, "top10_over_10", "spearman_median", "spearman_over_10_programs", "spearman_3_programs",
+    for k in (*NEW_FIELDS, "top10_over_10", "spearman_median", "spearman_pooled", "spearman_pooled_size_only",
+              "spearman_over_10_programs", "spearman_3_programs",
               "discordant_pairs", "discordant_within_noise", "best_placement_picked", "cases_over_5_programs"):
         doc[k] = sim.get(k)
     doc["ties_rule"] = "Wilcoxon signed-rank test on the paired rounds' log ratios, two-sided, level 0.05 (scipy)"
@@ -42,7 +44,7 @@ def summary_doc(report: dict, raw_name: str, suite: str = "default") -> dict:
     doc["noise_by_size"] = report.get("noise_by_size")
     doc["placement_spread_max"] = sim.get("placement_spread_max")
     doc["placement_spread_mean"] = sim.get("placement_spread_mean")
-    doc["alpha_beta"] = {k: s["alpha-beta"].get(k) for k in (*SUMMARY_FIELDS, *NEW_FIELDS)}
+    doc["alpha_beta"] = {k: s["alpha-beta"].get(k) for k in (*SUMMARY_FIELDS, *NEW_FIELDS, "spearman_median", "spearman_pooled")}
     doc["oracle"] = s.get("oracle")
     doc["fit_cases"] = report["fit"]["cases"]
     doc["fitted_constants"] = report["fit"]["constants"]
