@@ -1,13 +1,20 @@
-"""The step-time model against real steps on the emulated clusters (issue 25): every placement of two 8-rank jobs.
+"""The step-time model against real steps on the emulated clusters (issue 25): every placement of each job.
 
     sudo env PATH="$PATH" python -m scripts.bench_step --out step.raw.json --markdown step.md --summary step-summary.json
     python -m scripts.bench_step --from-raw docs/measurements/step/step.raw.json     # the tables again, no testbed
+    # the third campaign (issue 32, item 3): 16 ranks, the model frozen first
+    sudo env PATH="$PATH" python -m scripts.bench_step --frozen --testbeds 2x2x4-1gbit-400mbit --out step16.raw.json
 
-Per testbed (``--testbeds``: 4 nodes x 2 ranks on 1 Gbit/s links; 2 racks x 2
-nodes x 2 ranks with 400 Mbit/s between racks), on its own instance
+``--frozen`` refuses to start unless the model's code is committed and records
+its commit (``model``); each job's plan, with every placement's prediction, is
+written to the raw file (``planned_at``) before its first step runs
+(``started_at``). Each testbed runs the jobs of its rank count.
+
+Per testbed (``--testbeds``: by default 4 nodes x 2 ranks on 1 Gbit/s links and 2 racks x 2
+nodes x 2 ranks with 400 Mbit/s between racks; 2 racks x 2 nodes x 4 ranks for 16), on its own instance
 (``--instance``, default ``step``): bring it up and calibrate it
 (``scripts/calibrate.py``); then for every job of :data:`JOBS` (fixed here,
-before any measurement, and the same on both testbeds) plan every placement
+before any measurement; those of the testbed's rank count) plan every placement
 with the calibrated hierarchy and the simulator cost model (``solver.run``:
 each request's proved-best program, and the step-time model's prediction),
 and run each placement's step for real with ``runtime.step`` (its programs
@@ -57,7 +64,7 @@ from scipy.stats import spearmanr
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from scripts.accuracy.suite import Testbed
-from scripts.bench_limit import TESTBEDS, _names
+from scripts.bench_limit import TESTBEDS as LIMIT_TESTBEDS, _names
 from scripts.campaign import campaign_input, now, testbed_session
 from scripts.tables import console, markdown, ms, table
 
@@ -93,7 +100,27 @@ JOBS = {
             {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 512 * KiB, "count": PASSES},
         ],
     },
+    # The third campaign's (issue 32, item 3): 16 ranks, three 3D-parallel jobs with 7 placements each on a 3-level
+    # testbed, none of them a job any model change was tried on; measured with the model frozen first (--frozen).
+    **{f"dp{d}-pp{pp}-tp{t}": {
+        "axes": [{"name": "data", "size": d}, {"name": "pipeline", "size": pp}, {"name": "tensor", "size": t}],
+        "roles": {"data": "data", "pipeline": "pipeline", "tensor": "tensor"},
+        "workload": [
+            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": 256 * KiB, "count": 2 * PASSES},
+            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 512 * KiB, "count": PASSES},
+            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 2 * MiB, "count": 2},
+        ],
+    } for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
 }
+# The testbeds: bench_limit's two 8-rank ones (the default), and a 16-rank one for the third campaign.
+TESTBEDS = {**LIMIT_TESTBEDS, "2x2x4-1gbit-400mbit": Testbed("2x2x4-1gbit-400mbit", nodes=4, ranks_per_node=4, inter_node="1gbit",
+                                                             racks=2, inter_rack="400mbit")}
+DEFAULT_TESTBEDS = tuple(LIMIT_TESTBEDS)
+
+
+def job_ranks(job: str) -> int:
+    """How many ranks `job` runs on (the product of its axes' sizes)."""
+    return math.prod(a["size"] for a in JOBS[job]["axes"])
 PARTS = ("compute_s", "layer_comm_s", "bubble_s", "pipeline_comm_s", "gradient_exposed_s", "after_s")
 
 
@@ -104,9 +131,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--from-raw", type=Path, nargs="+", help="print the tables from these raw files, no testbed")
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     p.add_argument("--summary", type=Path, help="also write the per-testbed figures as JSON here")
-    p.add_argument("--testbeds", type=_names(tuple(TESTBEDS), "testbed"), default=tuple(TESTBEDS),
-                   help=f"comma-separated, of {', '.join(TESTBEDS)} (default both)")
-    p.add_argument("--jobs", type=_names(tuple(JOBS), "job"), default=tuple(JOBS), help="comma-separated (default both)")
+    p.add_argument("--testbeds", type=_names(tuple(TESTBEDS), "testbed"), default=DEFAULT_TESTBEDS,
+                   help=f"comma-separated, of {', '.join(TESTBEDS)} (default {', '.join(DEFAULT_TESTBEDS)})")
+    p.add_argument("--jobs", type=_names(tuple(JOBS), "job"), default=tuple(JOBS),
+                   help="comma-separated (default all); each testbed runs those of its rank count")
+    p.add_argument("--frozen", action="store_true",
+                   help="refuse to start unless the model's code is committed, and record its commit (a held-out campaign)")
     p.add_argument("--rounds", type=int, default=11, help="interleaved rounds per placement (default 11)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     p.add_argument("--calibrate-bytes", type=int, default=4 * MiB, help="calibration's largest message (default 4 MiB)")
@@ -117,6 +147,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError("give --out (to measure) or --from-raw (to print measured tables), not both")
     if args.rounds < 3 or args.warmup < 0:
         raise UsageError("--rounds must be at least 3 and --warmup at least 0")
+    args.model = None
+    if args.frozen and args.out is not None:
+        from scripts.accuracy.measure import model_freeze
+        try:
+            args.model = model_freeze()
+        except RuntimeError as e:
+            raise UsageError(f"--frozen: {' '.join(str(e).split())}; commit the model first") from None
     return args
 
 
@@ -293,7 +330,7 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
 
     entry = plan["placements"][index]
     record = {"index": index, "matrix": entry["matrix"], "description": entry["description"],
-              "predicted": entry["step"], "sum_s": entry["total_s"]}
+              "predicted": entry["step"], "sum_s": entry["total_s"], "started_at": now()}
     out = args.workdir / f"step-{tag}-{index}.json"
     out.unlink(missing_ok=True)
     r = testbed("run", "--timeout", "900", "--", "python", "-m", "runtime.step", str(plan_path), "--placement", str(index),
@@ -323,7 +360,8 @@ def measure_job(args: argparse.Namespace, tag: str, job: str, fitted: Hierarchy,
         record["error"] = f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"
         return
     plan = json.loads(plan_path.read_text())
-    record.update(plan=plan, placements=[])
+    record.update(plan=plan, planned_at=now(), placements=[])
+    write_json_atomic(raw, args.out)  # every placement's prediction on record before the first step runs
     for index in range(len(plan["placements"])):
         record["placements"].append(measure_placement(args, tag, plan_path, plan, index, log))
         write_json_atomic(raw, args.out)
@@ -333,15 +371,16 @@ def measure(args: argparse.Namespace, log) -> dict:
     """Every testbed and job of the command line; the raw document (written to ``--out`` after every placement)."""
     args.workdir.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    raw = {"started": now(), "command": sys.argv, "commit": commit or None,
+    raw = {"started": now(), "command": sys.argv, "commit": commit or None, **({"model": args.model} if args.model else {}),
            "settings": {"rounds": args.rounds, "warmup": args.warmup, "calibrate_bytes": args.calibrate_bytes,
                         "step": STEP, "jobs": JOBS}, "testbeds": []}
     for name in args.testbeds:
         tb: Testbed = TESTBEDS[name]
         entry: dict = {"testbed": tb.__dict__, "jobs": []}
         raw["testbeds"].append(entry)
+        jobs = [j for j in args.jobs if job_ranks(j) == tb.nodes * tb.ranks_per_node]
         with testbed_session(tb, entry, raw, args.out, args.workdir, args.calibrate_bytes, args.instance, log) as fitted:
-            for job in args.jobs if fitted is not None else ():
+            for job in jobs if fitted is not None else ():
                 measure_job(args, f"{name}-{job}", job, fitted, entry, raw, log)
     raw["finished"] = now()
     write_json_atomic(raw, args.out)

@@ -125,10 +125,32 @@ def test_jobs_are_valid_step_specs():
     from p2synth.solver.spec import build_problem, parse_spec
     from scripts.bench_step import spec_for
 
-    h = Hierarchy.model_validate({"name": "t", "levels": [{"name": "node", "count": 4}, {"name": "core", "count": 2}]})
+    from scripts.bench_step import TESTBEDS, job_ranks
+
+    h8 = Hierarchy.model_validate({"name": "t", "levels": [{"name": "node", "count": 4}, {"name": "core", "count": 2}]})
+    tb = TESTBEDS["2x2x4-1gbit-400mbit"]
+    h16 = Hierarchy.model_validate({"name": "t", "levels": [{"name": "rack", "count": tb.racks}, {"name": "node", "count": tb.nodes // tb.racks},
+                                                           {"name": "core", "count": tb.ranks_per_node}]})
     for job in JOBS:
+        h = h16 if job_ranks(job) == 16 else h8
+        assert job_ranks(job) == h.num_devices
         problem = build_problem(parse_spec(json.dumps(spec_for(h, job))))
         assert problem.spec.step is not None and len(problem.matrices) >= 2
+        if job_ranks(job) == 16:  # the third campaign's jobs: a ranking of at least 6 placements each
+            assert len(problem.matrices) >= 6
+
+
+def test_frozen_refuses_uncommitted_model_code_in_one_line(monkeypatch):
+    import scripts.accuracy.measure as measure
+    from p2synth.hierarchies.cli import UsageError
+    from scripts.bench_step import parse_args
+
+    monkeypatch.setattr(measure, "_git", lambda *a: " M solver/simulator.py" if a[0] == "status" else "x")
+    with pytest.raises(UsageError, match="^--frozen: a frozen suite needs the model committed; uncommitted changes: M solver/simulator.py; commit"):
+        parse_args(["--out", "/tmp/x.json", "--frozen"])
+    monkeypatch.setattr(measure, "_git", lambda *a: "" if a[0] == "status" else "abc")
+    assert parse_args(["--out", "/tmp/x.json", "--frozen"]).model["commit"] == "abc"
+    assert parse_args(["--out", "/tmp/x.json"]).model is None
 
 
 def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
