@@ -1,8 +1,9 @@
 """The committed accuracy files are what the code computes from the committed raw measurements, byte for byte.
 
-The campaigns: the one the simulator's terms were built on (docs/accuracy/), and the two frozen-model campaigns
-(docs/accuracy/frozen/, and docs/accuracy/exchange/ for the runtime's reduce_scatter exchange), whose summaries
-must also show that the code at hand predicts exactly what the frozen model predicted before the measurement.
+The campaigns: the one the simulator's terms were built on (docs/accuracy/), and the three frozen-model campaigns
+(docs/accuracy/frozen/; docs/accuracy/exchange/ for the runtime's reduce_scatter exchange; docs/accuracy/frozen-3x2x2/
+after coll/han's binomial broadcast), whose summaries must also show that the code at hand predicts exactly what the
+frozen model predicted before the measurement.
 """
 
 import json
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange"]
+FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -55,6 +56,26 @@ def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchang
     assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
 
 
+def test_the_second_frozen_campaign_judges_the_binomial_broadcast_on_a_shape_no_campaign_measured():
+    """docs/accuracy/frozen-3x2x2/: the model frozen at a commit that prices coll/han's broadcast as libnbc's binomial
+    tree (its calibrated hierarchy says so), before the first timed run; a testbed shape none of the earlier campaigns
+    measured; every prediction recomputed identically; every output checked."""
+    folder = ROOT / "docs/accuracy/frozen-3x2x2"
+    doc = json.loads((folder / "summary.json").read_text())
+    raw = json.loads((folder / "raw.json").read_text())
+    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
+    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
+    from datetime import datetime
+    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
+    assert all(tb["hierarchy"]["han_broadcast"] == "binomial" for tb in raw["testbeds"])
+    earlier = set()
+    for other in ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined"):
+        earlier |= {tb["testbed"]["name"] for tb in json.loads((ROOT / other / "raw.json").read_text())["testbeds"]}
+    shapes = lambda names: {n.split("-")[0] for n in names}
+    assert shapes(tb["testbed"]["name"] for tb in raw["testbeds"]).isdisjoint(shapes(earlier))
+    assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
+
+
 def test_the_exchange_readme_shows_the_comparison_with_the_main_campaign():
     done = subprocess.run([sys.executable, "-m", "scripts.compare_campaigns", "docs/accuracy/raw.json",
                            "docs/accuracy/exchange/raw.json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -75,6 +96,7 @@ def _table(*args):
     ("docs/accuracy/README.md", ["docs/accuracy/summary.json"]),
     ("docs/accuracy/pipelined/README.md", ["docs/accuracy/pipelined/summary.json"]),
     ("docs/accuracy/exchange/README.md", ["docs/accuracy/exchange/summary.json"]),
+    ("docs/accuracy/frozen-3x2x2/README.md", ["docs/accuracy/frozen-3x2x2/summary.json", "docs/accuracy/frozen/summary.json"]),
 ])
 def test_the_docs_show_the_summaries_figures(doc, summaries):
     """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
