@@ -140,6 +140,19 @@ def test_jobs_are_valid_step_specs():
             assert len(problem.matrices) >= 6
 
 
+def test_the_third_campaign_was_frozen_before_it_measured_jobs_of_at_least_6_placements():
+    """docs/measurements/step/step16.raw.json: the model's commit recorded, each job planned (every prediction on
+    record) before its first placement ran, 16-rank jobs with at least 6 placements each, every element right."""
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16.raw.json").read_text())
+    assert raw["model"]["commit"] == raw["commit"] and raw["model"]["commit_time"] <= raw["started"].replace("Z", "+00:00")
+    for tb in raw["testbeds"]:
+        assert tb["testbed"]["nodes"] * tb["testbed"]["ranks_per_node"] == 16
+        for job in tb["jobs"]:
+            assert len(job["placements"]) >= 6
+            assert all(job["planned_at"] <= p["started_at"] for p in job["placements"])
+            assert all(sum(p["wrong"].values()) == 0 for p in job["placements"])
+
+
 def test_frozen_refuses_uncommitted_model_code_in_one_line(monkeypatch):
     import scripts.accuracy.measure as measure
     from p2synth.hierarchies.cli import UsageError
@@ -157,6 +170,7 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
     """docs/measurements/step.md's tables and step-summary.json are what --from-raw makes of the committed raw files."""
     doc = (ROOT / "docs" / "measurements" / "step.md").read_text()
     for raw, summary_path in (("step.raw.json", ROOT / "docs" / "measurements" / "step-summary.json"),
+                              ("step16.raw.json", ROOT / "docs" / "measurements" / "step16-summary.json"),
                               ("step-before.raw.json", None)):
         md, out = tmp_path / f"{raw}.md", tmp_path / f"{raw}.summary.json"
         r = subprocess.run([sys.executable, "-m", "scripts.bench_step", "--from-raw", f"docs/measurements/step/{raw}",
@@ -168,7 +182,8 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
             assert out.read_bytes() == summary_path.read_bytes()
         else:
             assert all(t in doc for t in tables[1:])
-    figures = json.loads((ROOT / "docs" / "measurements" / "step-summary.json").read_text())
+    figures = {**json.loads((ROOT / "docs" / "measurements" / "step-summary.json").read_text()),
+               **json.loads((ROOT / "docs" / "measurements" / "step16-summary.json").read_text())}
     for name, f in figures.items():
         assert {"placements", "jobs", "median_rel_error", "spearman", "spearman_jobs", "spearman_by_job", "best_regret",
                 "best_regret_worst_job", "sum_model_regret", "spearman_pooled_across_jobs"} <= set(f)
