@@ -23,7 +23,7 @@ from scripts.accuracy.cases import halves, in_fit_subset, load_cases, measured_t
 from scripts.accuracy.fit import EFFICIENCY_GRID, LATENCY_GRID, OVERHEAD_GRID_US, grid_fit, overhead_calls, predict_all, scaled
 from scripts.accuracy.plots import plot
 from scripts.accuracy.report import build_report
-from scripts.accuracy.summary import NEW_FIELDS, SUMMARY_FIELDS, summary_doc
+from scripts.accuracy.summary import ALPHA_BETA_FIELDS, NEW_FIELDS, SUMMARY_FIELDS, summary_doc
 from scripts.accuracy.suite import DEFAULT, PIPELINED, TINY, Suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -380,7 +380,7 @@ def test_summary_doc_reports_the_simulator_and_alpha_beta_side_by_side(report, t
     doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json")
     sim, ab = report["summary"]["simulator"], report["summary"]["alpha-beta"]
     assert {k: doc[k] for k in SUMMARY_FIELDS} == {k: sim[k] for k in SUMMARY_FIELDS}
-    assert doc["alpha_beta"] == {k: ab[k] for k in (*SUMMARY_FIELDS, *NEW_FIELDS)}
+    assert doc["alpha_beta"] == {k: ab[k] for k in ALPHA_BETA_FIELDS}
     assert doc["protocol"] == "model-chosen (before issue 10)"  # the recorded fixture predates the new protocol
     assert all(k in doc for k in NEW_FIELDS) and doc["tuned_loss_5pct"] == 0.0
     assert doc["spearman"] != doc["alpha_beta"]["spearman"]  # the two columns are not the same model twice
@@ -392,6 +392,19 @@ def test_summary_doc_reports_the_simulator_and_alpha_beta_side_by_side(report, t
     assert doc["pick_loss_5pct_always_default"] == 0.0 and doc["mean_speedup_always_default"] == 1.0
     assert doc["tuner_oos_cases"] is None  # this raw file re-measured no pick
     assert "tests/data/accuracy-raw-tiny.json" in doc["reproduce"]["recompute"]
+
+
+def test_pooled_spearman_ranks_every_held_out_program_together_and_a_size_only_ranking_is_beside_it(report):
+    """spearman_pooled is the rank correlation over every held-out program of every case at once, recomputed here
+    from the report's cases; spearman_pooled_size_only gives the same pooling a ranking by message size alone."""
+    from scipy.stats import spearmanr
+
+    doc = summary_doc(report, "tests/data/accuracy-raw-tiny.json")
+    held = [c for c in report["cases"] if not c["fit"]]
+    measured = [p["measured_s"] for c in held for p in c["programs"]]
+    assert doc["spearman_pooled"] == pytest.approx(spearmanr([p["simulator_s"] for c in held for p in c["programs"]], measured).statistic)
+    assert doc["spearman_pooled_size_only"] == pytest.approx(spearmanr([c["nbytes"] for c in held for _ in c["programs"]], measured).statistic)
+    assert doc["alpha_beta"]["spearman_pooled"] == pytest.approx(spearmanr([p["alpha_beta_s"] for c in held for p in c["programs"]], measured).statistic)
 
 
 def test_plot(report, tmp_path):

@@ -12,6 +12,7 @@ NEW_FIELDS = ("cases_over_10_programs", "ties", "top1_within_5pct", "pick_loss_5
               "tuned_loss_5pct", "tuned_regret_median", "noise_median", "split_half_spearman", "split_half_rel_error")
 TUNER_OOS_FIELDS = ("tuner_oos_cases", "tuner_oos_loss_5pct", "tuner_oos_regret_median", "tuner_oos_regret_max",
                     "tuner_oos_left_default", "tuner_oos_confirmed", "tuner_oos_speedup_median", "tuner_in_sample_speedup_median")
+ALPHA_BETA_FIELDS = (*SUMMARY_FIELDS, *NEW_FIELDS, "spearman_median", "spearman_pooled")  # alpha-beta's column
 TARGETS = {"top1_strict": 0.7, "top1_strict_over_always_default": 0.25, "top1": 0.8, "top10": 0.99, "spearman": 0.9,
            "median_rel_error": 0.15, "pick_loss_5pct": 0.02, "tuner_oos_loss_5pct": 0.0, "tuner_oos_cases": 40, "tuned_loss_5pct": 0.0,
            "tuned_regret_median": 1.02}
@@ -44,7 +45,7 @@ def summary_doc(report: dict, raw_name: str, suite: str = "default") -> dict:
     doc["noise_by_size"] = report.get("noise_by_size")
     doc["placement_spread_max"] = sim.get("placement_spread_max")
     doc["placement_spread_mean"] = sim.get("placement_spread_mean")
-    doc["alpha_beta"] = {k: s["alpha-beta"].get(k) for k in (*SUMMARY_FIELDS, *NEW_FIELDS, "spearman_median", "spearman_pooled")}
+    doc["alpha_beta"] = {k: s["alpha-beta"].get(k) for k in ALPHA_BETA_FIELDS}
     doc["oracle"] = s.get("oracle")
     doc["fit_cases"] = report["fit"]["cases"]
     doc["fitted_constants"] = report["fit"]["constants"]
