@@ -266,12 +266,24 @@ class PairwiseExchange:
 
 
 class PairwiseRounds:
-    """A pairwise exchange in flight (:class:`PairwiseExchange`): the current round's receive and send."""
+    """A pairwise exchange in flight (:class:`PairwiseExchange`): the current round's receive and send.
 
-    def __init__(self, comm: MPI.Intracomm, src: np.ndarray, dst: np.ndarray, received: np.ndarray):
+    A reduce_scatter (the default) sends block ``me + i`` of `src` in round
+    ``i``, receives into `received` and adds it to `dst`, which starts as the
+    member's own block. An all_gather (`op`; no `received`) sends the member's
+    whole `src`, its block, and receives member ``me - i``'s block straight into
+    its place in `dst`; nothing is added. The executor runs only reduce_scatter
+    steps this way; the all_gather form is what scripts/bench_reduce_scatter
+    times beside ``MPI_Allgather``.
+    """
+
+    def __init__(self, comm: MPI.Intracomm, src: np.ndarray, dst: np.ndarray, received: np.ndarray | None,
+                 op: Collective = Collective.REDUCE_SCATTER):
         self.comm, self.k, self.me = comm, comm.Get_size(), comm.Get_rank()
-        self.blocks, self.dst, self.received = src.reshape(self.k, -1), dst, received
-        np.copyto(dst, self.blocks[self.me])
+        self.gather = op is Collective.ALL_GATHER
+        self.src, self.dst, self.received = src, dst, received
+        self.blocks = (dst if self.gather else src).reshape(self.k, -1)
+        np.copyto(self.blocks[self.me] if self.gather else dst, src if self.gather else self.blocks[self.me])
         self.round = 0
         self.pending: list[MPI.Request] = []
         self._post_next()
@@ -282,14 +294,17 @@ class PairwiseRounds:
             self.pending = []
             return
         to, frm = (self.me + self.round) % self.k, (self.me - self.round) % self.k
-        self.pending = [self.comm.Irecv(self.received, source=frm, tag=EXCHANGE_TAG),
-                        self.comm.Isend(self.blocks[to], dest=to, tag=EXCHANGE_TAG)]
+        into, out = (self.blocks[frm], self.src) if self.gather else (self.received, self.blocks[to])
+        self.pending = [self.comm.Irecv(into, source=frm, tag=EXCHANGE_TAG),
+                        self.comm.Isend(out, dest=to, tag=EXCHANGE_TAG)]
 
     def Wait(self) -> None:  # noqa: N802 (an MPI.Request's name, as HostLane.wait calls it)
-        """Finish every round: wait for the round's messages, add the received block, post the next round."""
+        """Finish every round: wait for the round's messages, add the received block (reduce_scatter), post the next
+        round."""
         while self.pending:
             MPI.Request.Waitall(self.pending)
-            np.add(self.dst, self.received, out=self.dst)
+            if not self.gather:
+                np.add(self.dst, self.received, out=self.dst)
             self._post_next()
 
 

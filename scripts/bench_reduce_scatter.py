@@ -1,25 +1,34 @@
-"""One reduce_scatter step, several ways, side by side: what the runtime should run (issue 32, item 2).
+"""One reduce_scatter or all_gather step, several ways, side by side: what the runtime should run (issue 32, item 2).
 
     python -m scripts.testbed up --nodes 4 --ranks-per-node 2 --inter-node 1gbit
     python -m scripts.testbed run -- python -m scripts.bench_reduce_scatter --bytes 64M --rounds 7
+    python -m scripts.testbed run -- python -m scripts.bench_reduce_scatter --collective all_gather --bytes 64M
 
 Over every rank of a ``nodes x ranks_per_node`` job (ranks consecutive per
-node, as ``testbed`` places them), the step ``RS(data@node)`` of the program
-``RS(data@core) -> RS(data@node)`` at message size M: one group per local rank,
-one member per node, each member holding M / ranks_per_node bytes (float32).
-Forms, timed in interleaved rounds (alternating order), each round's time the
-slowest rank's, after one untimed run each:
+node, as ``testbed`` places them), the node step of a two-step program at
+message size M: one group per local rank, one member per node. For
+reduce_scatter, ``RS(data@node)`` of ``RS(data@core) -> RS(data@node)``: each
+member holds M / ranks_per_node bytes (float32) and keeps a 1/k block of their
+sum. For all_gather, ``AG(data@node)`` of ``AG(data@node) -> AG(data@core)``:
+each member holds a 1/k block and ends with the group's M / ranks_per_node
+bytes. Forms, timed in interleaved rounds (alternating order), each round's
+time the slowest rank's, after one untimed run each:
 
-* ``library``: ``MPI_Reduce_scatter_block`` (the runtime's ``MpiGroup``);
-* ``alltoall`` / ``ialltoall``: ``MPI_Alltoall`` / ``MPI_Ialltoall`` of the
-  blocks, then the sum of the received blocks;
-* ``pairwise`` / ``pairwise-started``: the runtime's ``PairwiseExchange``,
-  blocking, and started then waited (what a pipelined step does).
+* reduce_scatter: ``library``, ``MPI_Reduce_scatter_block`` (the runtime's
+  ``MpiGroup``); ``alltoall`` / ``ialltoall``, ``MPI_Alltoall`` /
+  ``MPI_Ialltoall`` of the blocks, then the sum of the received blocks;
+  ``pairwise`` / ``pairwise-started``, the runtime's ``PairwiseExchange``,
+  blocking, and started then waited (what a pipelined step does);
+* all_gather: ``library`` / ``ilibrary``, ``MPI_Allgather`` /
+  ``MPI_Iallgather`` (what the runtime runs); ``pairwise``, the same
+  one-peer-a-round exchange (``PairwiseRounds`` with ``ALL_GATHER``), each
+  received block straight into its place.
 
-Every form's output is checked against the exact sum (integer-valued floats)
-before timing. Prints per form the median, the fastest round, and the median
-over the step's one-way bound: ``(k-1)/k`` of each member's bytes out of every
-node, all local ranks' groups through the node's link at ``--link-GBps``.
+Every form's output is checked exactly (integer-valued floats) before timing.
+Prints per form the median, the fastest round, and the median over the step's
+one-way bound: ``(k-1)/k`` of the step's larger side (the reduce_scatter's
+input, the all_gather's output) into or out of every node, all local ranks'
+groups through the node's link at ``--link-GBps``.
 """
 
 from __future__ import annotations
@@ -33,13 +42,15 @@ from mpi4py import MPI
 
 from p2synth.hierarchies.cli import sizes_argument
 from p2synth.hierarchies.program import Collective
-from p2synth.runtime.backends import MpiGroup, PairwiseExchange
+from p2synth.runtime.backends import MpiGroup, PairwiseExchange, PairwiseRounds
 from scripts.provenance import checkout_state
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
     p = argparse.ArgumentParser(prog="python -m scripts.bench_reduce_scatter", description=__doc__.split("\n\n")[0])
+    p.add_argument("--collective", choices=("reduce_scatter", "all_gather"), default="reduce_scatter",
+                   help="the step's collective (default reduce_scatter)")
     p.add_argument("--bytes", type=sizes_argument, default=(64 << 20,), help="message size M (default 64M)")
     p.add_argument("--ranks-per-node", type=int, default=2, help="ranks per node (default 2)")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds (default 7)")
@@ -48,8 +59,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def gather_forms(group: MpiGroup, src: np.ndarray, dst: np.ndarray) -> dict:
+    """Each all_gather form as a call running the step once from `src` (this member's block) into `dst`."""
+    return {
+        "library": lambda: group.all_gather(src, dst),
+        "ilibrary": lambda: group.all_gather(src, dst, nonblocking=True).Wait(),
+        "pairwise": lambda: PairwiseRounds(group.comm, src, dst, None, Collective.ALL_GATHER).Wait(),
+    }
+
+
 def forms(group: MpiGroup, src: np.ndarray, dst: np.ndarray, scratch: np.ndarray) -> dict:
-    """Each form as a call running the step once from `src` into `dst`."""
+    """Each reduce_scatter form as a call running the step once from `src` into `dst`."""
     k = group.comm.Get_size()
     exchange = PairwiseExchange(group, scratch[: dst.size])
 
@@ -77,12 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     comm = world.Split(color=local, key=node)
     group, k, me = MpiGroup(comm), comm.Get_size(), comm.Get_rank()
     nbytes = args.bytes[0]
-    count = nbytes // args.ranks_per_node // 4 // k * k
-    src = (np.arange(count, dtype=np.float32) % 1024) + rank
-    expected = (np.arange(count, dtype=np.float32) % 1024).reshape(k, -1)[me] * k + sum(
-        node_ * args.ranks_per_node + local for node_ in range(k))
-    dst, scratch = np.empty(count // k, np.float32), np.empty(count, np.float32)
-    runs = forms(group, src, dst, scratch)
+    count = nbytes // args.ranks_per_node // 4 // k * k  # the step's larger side, in float32 elements
+    if args.collective == "all_gather":  # member j's block: j-th of the group's, valued by it
+        block = count // k
+        src = (np.arange(block, dtype=np.float32) % 1024) + me * 1024
+        expected = ((np.arange(block, dtype=np.float32) % 1024)[None, :] + 1024 * np.arange(k, dtype=np.float32)[:, None]).ravel()
+        dst = np.empty(count, np.float32)
+        runs = gather_forms(group, src, dst)
+    else:
+        src = (np.arange(count, dtype=np.float32) % 1024) + rank
+        expected = (np.arange(count, dtype=np.float32) % 1024).reshape(k, -1)[me] * k + sum(
+            node_ * args.ranks_per_node + local for node_ in range(k))
+        dst, scratch = np.empty(count // k, np.float32), np.empty(count, np.float32)
+        runs = forms(group, src, dst, scratch)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for name, run in runs.items():
         dst.fill(np.nan)
@@ -102,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         bound = (k - 1) / k * count * 4 * args.ranks_per_node / (args.link_GBps * 1e9)
         checkout = checkout_state()
         print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} commit {checkout['commit']} dirty {checkout['dirty']}")
-        print(f"# RS(data@node) of RS(data@core) -> RS(data@node), {size} ranks ({k} nodes x {args.ranks_per_node}), "
+        step = ("AG(data@node) of AG(data@node) -> AG(data@core)" if args.collective == "all_gather"
+                else "RS(data@node) of RS(data@core) -> RS(data@node)")
+        print(f"# {step}, {size} ranks ({k} nodes x {args.ranks_per_node}), "
               f"{nbytes >> 20} MiB, {args.rounds} rounds; one-way bound {bound * 1e3:.1f} ms; every output exact")
         for name, ts in times.items():
             median = statistics.median(ts)
