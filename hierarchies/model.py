@@ -84,16 +84,15 @@ class CollectiveLibrary(str, Enum):
         return self.value
 
 
-class ExchangeRun(str, Enum):
-    """How a reduce_scatter or all_gather step runs under ``library: open-mpi`` (the runtime's numpy backend).
+class ReduceScatterRun(str, Enum):
+    """How a reduce_scatter step runs under ``library: open-mpi`` (the runtime's numpy backend).
 
     ``exchange`` (what an omitted field means): the runtime's pairwise
-    exchange, one peer a round (a reduce_scatter adds each block as it
-    arrives; an all_gather receives each into its place); ``library``: MPI's
-    own call, ``MPI_Reduce_scatter_block`` (a reduce and a linear scatter for
-    large blocks in small groups) or ``MPI_Allgather``, as the runtime ran them
-    before the exchange: the measurements made then record it, so that their
-    predictions price what ran.
+    exchange of the group's blocks, each added as it arrives;
+    ``library``: ``MPI_Reduce_scatter_block``, Open MPI's own algorithm (a
+    reduce and a linear scatter for large blocks in small groups), as the
+    runtime ran it before the exchange: the measurements made then record it,
+    so that their predictions price what ran.
     """
 
     EXCHANGE = "exchange"
@@ -141,8 +140,7 @@ class Hierarchy(BaseModel):
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
-    reduce_scatter: ExchangeRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
-    all_gather: ExchangeRun | None = Field(default=None, description="under open-mpi, how an all_gather step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Allgather, for measurements made before the runtime's exchange)")
+    reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
     han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
 
     @field_validator("levels")

@@ -116,14 +116,14 @@ class Lane(Protocol):
 class Backend(Protocol):
     """Buffers and group communicators of one kind.
 
-    `exchanged`: the collectives whose steps the executor runs over the group
-    :meth:`exchange_group` gives (a pairwise exchange; a reduce_scatter's on a
-    scratch buffer the executor provides), not over the plain group; only
-    backends with some need that method.
+    `reduce_scatter_by_exchange`: the executor runs every reduce_scatter step
+    over the group :meth:`exchange_group` gives (a pairwise exchange, on a
+    scratch buffer it provides), not over the plain group; only such backends
+    need that method.
     """
 
     kind: BackendKind
-    exchanged: frozenset[Collective]
+    reduce_scatter_by_exchange: bool
 
     def empty(self, count: int, dtype: np.dtype = DTYPE) -> Any:
         """A new buffer of `count` elements of `dtype` (contents undefined)."""
@@ -147,8 +147,8 @@ class Backend(Protocol):
         """The group communicator over the members of the MPI sub-communicator `comm`."""
 
     def exchange_group(self, group: GroupComm, scratch: Any) -> GroupComm:
-        """`group` with the :attr:`exchanged` collectives run as exchanges, a reduce_scatter receiving into `scratch`
-        (one output block; None for the others); only backends with some."""
+        """`group` with its reduce_scatter run as an exchange receiving into `scratch` (one output block); only
+        backends with ``reduce_scatter_by_exchange``."""
 
     def main_lane(self) -> Lane:
         """The lane of sequential work: synchronize waits for it."""
@@ -229,7 +229,7 @@ EXCHANGE_TAG = 26  # the MPI tag of a pairwise exchange's messages (PairwiseExch
 
 
 class PairwiseExchange:
-    """An MPI group whose reduce_scatter and all_gather are pairwise exchanges; every other call goes to the group.
+    """An MPI group whose reduce_scatter is a pairwise exchange; every other call goes to the group as it is.
 
     Over ``k`` members, round ``i = 1 .. k-1`` sends block ``me + i`` of the
     input to member ``me + i`` and receives member ``me - i``'s block ``me``
@@ -240,9 +240,7 @@ class PairwiseExchange:
     and Open MPI's ``MPI_Reduce_scatter_block`` at 4.98x (docs/runtime.md). The
     non-blocking form (:meth:`start`) posts the first round and returns a
     pending whose ``Wait`` runs the others; meanwhile MPI progresses every
-    other request in flight. The all_gather sends the member's block to one
-    peer a round and receives the sender's into its place: 1.24-1.33x of the
-    line where ``MPI_Allgather`` ran at 1.55-1.73x (docs/runtime.md). Messages go point to point on the group's
+    other request in flight. Messages go point to point on the group's
     communicator with :data:`EXCHANGE_TAG`; every rank posts them in the same
     order, so MPI's non-overtaking rule matches concurrent pieces' rounds.
     """
@@ -259,17 +257,8 @@ class PairwiseExchange:
         rounds.Wait()
         return None
 
-    def all_gather(self, src: np.ndarray, dst: np.ndarray, nonblocking: bool = False) -> PairwiseRounds | None:
-        """Every member's `src` (its block), in member order, into every `dst`: run to completion, or started."""
-        rounds = PairwiseRounds(self.group.comm, src, dst, None, Collective.ALL_GATHER)
-        if nonblocking:
-            return rounds
-        rounds.Wait()
-        return None
-
     def start(self, op: Collective, src: np.ndarray, dst: np.ndarray) -> Any:
-        """Start `op` without waiting: the exchange for a reduce_scatter or all_gather, the group's own call
-        otherwise."""
+        """Start `op` without waiting: the exchange for a reduce_scatter, the group's own call otherwise."""
         return getattr(self, op.value)(src, dst, nonblocking=True)
 
     def __getattr__(self, name: str) -> Any:
@@ -283,7 +272,9 @@ class PairwiseRounds:
     ``i``, receives into `received` and adds it to `dst`, which starts as the
     member's own block. An all_gather (`op`; no `received`) sends the member's
     whole `src`, its block, and receives member ``me - i``'s block straight into
-    its place in `dst`; nothing is added.
+    its place in `dst`; nothing is added. The executor runs only reduce_scatter
+    steps this way; the all_gather form is what scripts/bench_reduce_scatter
+    times beside ``MPI_Allgather``.
     """
 
     def __init__(self, comm: MPI.Intracomm, src: np.ndarray, dst: np.ndarray, received: np.ndarray | None,
@@ -355,17 +346,15 @@ class HostLane:
 class NumpyBackend:
     """Host buffers, MPI for communication.
 
-    Reduce_scatter and all_gather steps run as pairwise exchanges
-    (:class:`PairwiseExchange`), not as ``MPI_Reduce_scatter_block`` (Open
-    MPI's is a reduce to one member plus a linear scatter for large blocks in
-    groups of fewer than 8, and its non-blocking form always is) or
-    ``MPI_Allgather`` (every peer at once); the exchange moves ``(k-1)/k`` of
-    the step's larger side, one peer at a time (docs/runtime.md,
-    "Reduce-scatter and all_gather steps").
+    A reduce_scatter step runs as a pairwise exchange (:class:`PairwiseExchange`),
+    not as ``MPI_Reduce_scatter_block``: Open MPI's is a reduce to one member
+    plus a linear scatter for large blocks in groups of fewer than 8, and its
+    non-blocking form always is; the exchange sends every member ``(k-1)/k``
+    of its data, one peer at a time (docs/runtime.md, "Reduce-scatter steps").
     """
 
     kind = BackendKind.NUMPY
-    exchanged = frozenset({Collective.REDUCE_SCATTER, Collective.ALL_GATHER})
+    reduce_scatter_by_exchange = True
 
     def empty(self, count: int, dtype: np.dtype = DTYPE) -> np.ndarray:
         """A new host array."""
@@ -387,9 +376,8 @@ class NumpyBackend:
         """Repack `src` (viewed with `shape`, axes permuted by `axes`) into `dst`."""
         np.copyto(dst.reshape([shape[a] for a in axes]), src.reshape(shape).transpose(axes))
 
-    def exchange_group(self, group: MpiGroup, scratch: np.ndarray | None) -> PairwiseExchange:
-        """`group` with its reduce_scatter and all_gather run as pairwise exchanges, the reduce_scatter receiving into
-        `scratch` (one output block)."""
+    def exchange_group(self, group: MpiGroup, scratch: np.ndarray) -> PairwiseExchange:
+        """`group` with its reduce_scatter run as a pairwise exchange receiving into `scratch` (one output block)."""
         return PairwiseExchange(group, scratch)
 
     def synchronize(self) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ExchangeRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun
 
 KiB, MiB = 1024, 1024 * 1024
 LATENCY_SIZES = (8, 256, 4 * KiB)
@@ -130,7 +130,7 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
     if library is not None:
         update["library"] = library
     if library is CollectiveLibrary.OPEN_MPI:  # said outright, so that a record of it tells what its runs ran
-        update["reduce_scatter"] = update["all_gather"] = ExchangeRun.EXCHANGE
+        update["reduce_scatter"] = ReduceScatterRun.EXCHANGE
         update["han_broadcast"] = HanBroadcast.BINOMIAL
     out = h.model_copy(update=update)
     return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads

@@ -30,10 +30,10 @@ on its own segments with chunks of ``chunk / P`` elements, and a last copy
 leave as for the sequential program. The pieces' steps run as a wavefront of
 non-blocking collectives (:class:`Pipeline`).
 
-On a backend that runs reduce_scatter and all_gather as exchanges (numpy:
-``Backend.exchanged``), such a step runs over the backend's exchange group
-(``PairwiseExchange``: one peer at a time; a reduce_scatter sums as blocks
-arrive and receives into the ``EXCHANGE`` buffer).
+On a backend that runs reduce_scatter as an exchange (numpy:
+``Backend.reduce_scatter_by_exchange``), a reduce_scatter step runs over the
+backend's exchange group (``PairwiseExchange``: one peer at a time, summing as
+blocks arrive), which receives into the ``EXCHANGE`` buffer.
 """
 
 from __future__ import annotations
@@ -329,14 +329,12 @@ class Executor:
 
     def _step(self, before: tuple[Call, ...], group: GroupComm, op: Collective, src: Any, dst: Any,
               after: tuple[Call, ...], buffers: Buffers, piece: int, pieces: int) -> StepCalls:
-        """An active step's calls: the collective from `src` into `dst` over `group`, or, for a collective the
-        backend runs as an exchange, over the backend's exchange group (a reduce_scatter receiving into this piece's
-        ``EXCHANGE`` segment)."""
-        if op not in self.backend.exchanged:
+        """An active step's calls: the collective from `src` into `dst` over `group`, or, for a reduce_scatter on a
+        backend that runs it as an exchange, over the backend's exchange group, receiving into this piece's
+        ``EXCHANGE`` segment."""
+        if op is not Collective.REDUCE_SCATTER or not self.backend.reduce_scatter_by_exchange:
             return StepCalls(before, group, op, src, dst, after)
-        scratch = None
-        if op is Collective.REDUCE_SCATTER:
-            scratch = buffers.view(Role.EXCHANGE, dst.size // (buffers.chunk // pieces), piece, pieces)  # dst's chunks
+        scratch = buffers.view(Role.EXCHANGE, dst.size // (buffers.chunk // pieces), piece, pieces)  # dst's chunks
         return StepCalls(before, self.backend.exchange_group(group, scratch), op, src, dst, after)
 
     def _all_zero(self, cells: set[Cell]) -> bool:

@@ -171,7 +171,7 @@ class CupyBackend:
     """Device buffers on this rank's GPU, NCCL for communication."""
 
     kind = BackendKind.CUPY
-    exchanged: frozenset[Collective] = frozenset()  # NCCL's reduce_scatter and all_gather are rings already
+    reduce_scatter_by_exchange = False  # ncclReduceScatter is a ring already
 
     def __init__(self, world: MPI.Intracomm):
         node = world.Split_type(MPI.COMM_TYPE_SHARED)  # collective: before anything that may fail on one rank

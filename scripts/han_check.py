@@ -45,7 +45,7 @@ import numpy as np
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Placement, Request, abstract
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line, sizes_argument
-from p2synth.hierarchies.model import CollectiveLibrary, ExchangeRun
+from p2synth.hierarchies.model import CollectiveLibrary, ReduceScatterRun
 from scripts.tables import console, table
 
 MiB = 1 << 20
@@ -149,11 +149,11 @@ def measure(args: argparse.Namespace) -> int:
 # ---- predict ----------------------------------------------------------------------------------------------------
 def predicted_seconds(h: Hierarchy, op: Collective, nbytes: int) -> float:
     """The simulator's time for `op` over every device of `h` at `nbytes`, as one step of MPI's own call (a
-    reduce_scatter is ``MPI_Reduce_scatter_block`` and an all_gather ``MPI_Allgather``: ``library``)."""
+    reduce_scatter is ``MPI_Reduce_scatter_block``: ``reduce_scatter: library``)."""
     from p2synth.solver.cost import step_seconds  # here, not above: the ranks of 'measure' need no solver (nor Z3)
     from p2synth.solver.simulator import Simulator
 
-    h = h.model_copy(update={"reduce_scatter": ExchangeRun.LIBRARY, "all_gather": ExchangeRun.LIBRARY})
+    h = h.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
     placement = Placement(h, (Axis(name="data", size=h.num_devices),), (h.counts,))
     n = len(h.levels)
     sim = Simulator(placement, Request(frozenset({0}), op), float(nbytes))

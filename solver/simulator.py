@@ -61,10 +61,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ExchangeRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
@@ -481,12 +481,10 @@ class Simulator:
             if han is not None:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
         if h.library is CollectiveLibrary.OPEN_MPI:
-            if h.reduce_scatter is ExchangeRun.LIBRARY:
+            if h.reduce_scatter is ReduceScatterRun.LIBRARY:
                 rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
             else:  # the runtime's pairwise exchange, priced as an all_to_all plus the sum
                 rs = all_to_all_time(alg, self.placement, shape, S, Z, two_way) + part * gamma
-            if h.all_gather is not ExchangeRun.LIBRARY:  # the same exchange, of the gathered output's blocks
-                ag = all_to_all_time(alg, self.placement, replace(shape, m=shape.m_times_k), S, Z, two_way)
             if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner
                 ar = alg.ite(libnbc_binomial_all_reduce(alg, shape.k, m), rounds + round_gamma + rounds, ring_ar)
 

@@ -14,7 +14,7 @@ from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
 from p2synth.solver.simulator import Simulator, binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ExchangeRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun
 from tests import oracles
 
 AR, RS, AG, R, B, A2A, SR = Collective
@@ -108,7 +108,7 @@ def test_other_libraries_keep_their_reduce_scatter():
         assert _t(_pair(library=OPEN_MPI), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
 
 
-LIBRARY = ExchangeRun.LIBRARY
+LIBRARY = ReduceScatterRun.LIBRARY
 
 
 def test_open_mpis_rules_for_a_linear_reduce_scatter_at_their_boundaries():
@@ -160,26 +160,10 @@ def test_libnbcs_rule_for_a_binomial_all_reduce_at_its_boundaries():
     assert {key: libnbc_binomial_all_reduce(PY, float(key[0]), key[1]) for key in cases} == cases
 
 
-def _four(library=OPEN_MPI, all_gather=None):
+def _four(library=OPEN_MPI):
     h = Hierarchy(levels=(Level(name="node", count=4, bandwidth_GBps=1.0, latency_us=10.0),
-                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library,
-                  all_gather=all_gather)
+                          Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library)
     return Placement(h, (Axis(name="data", size=4),), ((4, 1),))
-
-
-def test_open_mpi_all_gather_is_the_runtimes_exchange_one_alpha_per_peer():
-    """Four members, each holding m/4 (the state after a reduce_scatter): the runtime's exchange sends its block to
-    one peer a round, 3 alphas, and receives 3/4 m; the ideal schedule (no library) pays log2 4 = 2 alphas for the
-    same bytes, and so does ``all_gather: library`` (MPI_Allgather, as the runtime ran it before). Pipelined or
-    not."""
-    m = float(1 << 20)
-    for nonblocking in (False, True):
-        sim = Simulator(_four(), Request(frozenset({0}), AG), m, nonblocking=nonblocking)
-        exchanged = step_seconds(sim, abstract.AbstractState(0, 1, 0), AG, 1, 1)
-        assert math.isclose(exchanged, 3 * ALPHA + 0.75 * m / BW + OVERHEAD, rel_tol=1e-12)
-    for placement in (_four(library=None), _four(all_gather=LIBRARY)):
-        ideal = step_seconds(Simulator(placement, Request(frozenset({0}), AG), m), abstract.AbstractState(0, 1, 0), AG, 1, 1)
-        assert math.isclose(ideal, 2 * ALPHA + 0.75 * m / BW + OVERHEAD, rel_tol=1e-12)
 
 
 def test_open_mpi_nonblocking_all_reduce_of_two_members_is_a_binomial_reduce_then_a_binomial_broadcast():
@@ -431,8 +415,7 @@ def _random_placement(draw):
               uplink_GBps=draw(st.sampled_from([None, 0.2])), duplex_efficiency=draw(st.sampled_from([None, 0.5]))),
         Level(name="core", count=counts[1], bandwidth_GBps=draw(st.sampled_from([2.0, 10.0])), latency_us=2),
     ), reduce_GBps=draw(st.sampled_from([None, 1.0, 4.0])), step_overhead_us=draw(st.sampled_from([None, 20.0])),
-       library=draw(st.sampled_from([None, OPEN_MPI])), reduce_scatter=draw(st.sampled_from([None, *ExchangeRun])),
-       all_gather=draw(st.sampled_from([None, *ExchangeRun])))
+       library=draw(st.sampled_from([None, OPEN_MPI])), reduce_scatter=draw(st.sampled_from([None, *ReduceScatterRun])))
     return Placement(h, (Axis(name="data", size=counts[0] * counts[1]),), ((counts[0], counts[1]),))
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ExchangeRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program, Request
 from p2synth.runtime.calibration import library_of
@@ -107,14 +107,13 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
 def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     """A recorded hierarchy as what ran its measurements, priced as when it was recorded: without a library (recorded
     before calibration wrote it), the one its calibration's MPI string `mpi` names; under Open MPI without
-    ``reduce_scatter`` or ``all_gather`` (recorded before calibration wrote it, when the runtime called
-    ``MPI_Reduce_scatter_block`` or ``MPI_Allgather``), ``library``; and without ``han_broadcast`` (recorded before calibration wrote it), ``one-copy``, the price of coll/han's
+    ``reduce_scatter`` (recorded before calibration wrote it, when the runtime called ``MPI_Reduce_scatter_block``),
+    ``library``; and without ``han_broadcast`` (recorded before calibration wrote it), ``one-copy``, the price of coll/han's
     broadcast that the campaigns recorded then were judged under."""
     if h.library is None:
         h = h.model_copy(update={"library": library_of(mpi)})
-    for op in ("reduce_scatter", "all_gather"):
-        if h.library is CollectiveLibrary.OPEN_MPI and getattr(h, op) is None:
-            h = h.model_copy(update={op: ExchangeRun.LIBRARY})
+    if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is None:
+        h = h.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
     if h.library is CollectiveLibrary.OPEN_MPI and h.han_broadcast is None:
         h = h.model_copy(update={"han_broadcast": HanBroadcast.ONE_COPY})
     return h
@@ -126,12 +125,11 @@ def measured_hierarchy(tb: dict) -> Hierarchy:
     return as_measured(Hierarchy.model_validate(tb["hierarchy"]), tb.get("calibration", {}).get("mpi", ""))
 
 
-def library_steps(raw: dict) -> list[str]:
-    """The steps the raw document `raw` was measured with MPI's own call for, where the runtime now runs an exchange
-    (``reduce_scatter``: ``MPI_Reduce_scatter_block``, ``all_gather``: ``MPI_Allgather``): those some testbed's
-    hierarchy, read as what ran (:func:`measured_hierarchy`), says ``library`` for."""
-    hierarchies = [measured_hierarchy(tb) for tb in raw.get("testbeds", []) if "hierarchy" in tb]
-    return [op for op in ("reduce_scatter", "all_gather") if any(getattr(h, op) is ExchangeRun.LIBRARY for h in hierarchies)]
+def ran_library_reduce_scatter(raw: dict) -> bool:
+    """Whether the raw document `raw` was measured while the runtime called ``MPI_Reduce_scatter_block``: some
+    testbed's hierarchy, read as what ran (:func:`measured_hierarchy`), says ``reduce_scatter: library``."""
+    return any(measured_hierarchy(tb).reduce_scatter is ReduceScatterRun.LIBRARY
+               for tb in raw.get("testbeds", []) if "hierarchy" in tb)
 
 
 def in_fit_subset(testbed: str, combo: dict, fit_every: int) -> bool:

@@ -116,15 +116,15 @@ def _resume(path: Path, suite) -> dict | None:
     except (OSError, ValueError) as e:
         print(f"error: --resume {path}: not a readable raw JSON document ({e.__class__.__name__})", file=sys.stderr)
         return None
-    from scripts.accuracy.cases import library_steps
+    from scripts.accuracy.cases import ran_library_reduce_scatter
     from scripts.accuracy.measure import measured_with
 
     if not measured_with(doc, suite):
         print(f"error: --resume {path}: not a raw document of suite {suite.name}; resume with the suite it was "
               f"measured with", file=sys.stderr)
         return None
-    if ran := library_steps(doc):
-        print(f"error: --resume {path}: measured when the runtime called MPI's own {' and '.join(ran)} (no {ran[0]} "
+    if ran_library_reduce_scatter(doc):
+        print(f"error: --resume {path}: measured when the runtime called MPI_Reduce_scatter_block (no reduce_scatter "
               f"in its hierarchies); new combos would run the exchange: measure the suite anew", file=sys.stderr)
         return None
     return doc
