@@ -268,22 +268,24 @@ class PairwiseExchange:
 class PairwiseRounds:
     """A pairwise exchange in flight (:class:`PairwiseExchange`): the current round's receive and send.
 
-    A reduce_scatter (the default) sends block ``me + i`` of `src` in round
-    ``i``, receives into `received` and adds it to `dst`, which starts as the
+    In round ``i`` member ``me`` sends to member ``me + i`` and receives from
+    member ``me - i``. A reduce_scatter (the default) sends block ``me + i`` of
+    `src`, receives into `received` and adds it to `dst`, which starts as the
     member's own block. An all_gather (`op`; no `received`) sends the member's
-    whole `src`, its block, and receives member ``me - i``'s block straight into
-    its place in `dst`; nothing is added. The executor runs only reduce_scatter
-    steps this way; the all_gather form is what scripts/bench_reduce_scatter
-    times beside ``MPI_Allgather``.
+    whole `src`, its block; an all_to_all sends block ``me + i`` of `src`; both
+    receive the sender's block straight into its place in `dst`, nothing added.
+    The executor runs only reduce_scatter steps this way; the other forms are
+    what scripts/bench_reduce_scatter times beside MPI's own calls.
     """
 
     def __init__(self, comm: MPI.Intracomm, src: np.ndarray, dst: np.ndarray, received: np.ndarray | None,
                  op: Collective = Collective.REDUCE_SCATTER):
         self.comm, self.k, self.me = comm, comm.Get_size(), comm.Get_rank()
-        self.gather = op is Collective.ALL_GATHER
         self.src, self.dst, self.received = src, dst, received
-        self.blocks = (dst if self.gather else src).reshape(self.k, -1)
-        np.copyto(self.blocks[self.me] if self.gather else dst, src if self.gather else self.blocks[self.me])
+        self.sends = None if op is Collective.ALL_GATHER else src.reshape(self.k, -1)  # per peer; None: all of src
+        self.places = None if op is Collective.REDUCE_SCATTER else dst.reshape(self.k, -1)  # None: summed into dst
+        own = src if self.sends is None else self.sends[self.me]
+        np.copyto(dst if self.places is None else self.places[self.me], own)
         self.round = 0
         self.pending: list[MPI.Request] = []
         self._post_next()
@@ -294,7 +296,8 @@ class PairwiseRounds:
             self.pending = []
             return
         to, frm = (self.me + self.round) % self.k, (self.me - self.round) % self.k
-        into, out = (self.blocks[frm], self.src) if self.gather else (self.received, self.blocks[to])
+        into = self.received if self.places is None else self.places[frm]
+        out = self.src if self.sends is None else self.sends[to]
         self.pending = [self.comm.Irecv(into, source=frm, tag=EXCHANGE_TAG),
                         self.comm.Isend(out, dest=to, tag=EXCHANGE_TAG)]
 
@@ -303,7 +306,7 @@ class PairwiseRounds:
         round."""
         while self.pending:
             MPI.Request.Waitall(self.pending)
-            if not self.gather:
+            if self.places is None:
                 np.add(self.dst, self.received, out=self.dst)
             self._post_next()
 

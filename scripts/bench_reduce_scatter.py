@@ -1,8 +1,9 @@
-"""One reduce_scatter or all_gather step, several ways, side by side: what the runtime should run (issue 32, item 2).
+"""One reduce_scatter, all_gather or all_to_all step, several ways, side by side: what the runtime should run (issue 32).
 
     python -m scripts.testbed up --nodes 4 --ranks-per-node 2 --inter-node 1gbit
     python -m scripts.testbed run -- python -m scripts.bench_reduce_scatter --bytes 64M --rounds 7
     python -m scripts.testbed run -- python -m scripts.bench_reduce_scatter --collective all_gather --bytes 64M
+    python -m scripts.testbed run -- python -m scripts.bench_reduce_scatter --collective all_to_all --flat --bytes 64M
 
 Over every rank of a ``nodes x ranks_per_node`` job (ranks consecutive per
 node, as ``testbed`` places them), the node step of a two-step program at
@@ -11,7 +12,10 @@ reduce_scatter, ``RS(data@node)`` of ``RS(data@core) -> RS(data@node)``: each
 member holds M / ranks_per_node bytes (float32) and keeps a 1/k block of their
 sum. For all_gather, ``AG(data@node)`` of ``AG(data@node) -> AG(data@core)``:
 each member holds a 1/k block and ends with the group's M / ranks_per_node
-bytes. Forms, timed in interleaved rounds (alternating order), each round's
+bytes. For all_to_all, ``A2A(data@node)`` of ``A2A(data@node) ->
+A2A(data@core)``: each member holds M / ranks_per_node bytes, block j for
+member j. With ``--flat``, the one step over every rank instead (each holding
+M, or a 1/size block for all_gather). Forms, timed in interleaved rounds (alternating order), each round's
 time the slowest rank's, after one untimed run each:
 
 * reduce_scatter: ``library``, ``MPI_Reduce_scatter_block`` (the runtime's
@@ -19,16 +23,18 @@ time the slowest rank's, after one untimed run each:
   ``MPI_Ialltoall`` of the blocks, then the sum of the received blocks;
   ``pairwise`` / ``pairwise-started``, the runtime's ``PairwiseExchange``,
   blocking, and started then waited (what a pipelined step does);
-* all_gather: ``library`` / ``ilibrary``, ``MPI_Allgather`` /
-  ``MPI_Iallgather`` (what the runtime runs); ``pairwise``, the same
-  one-peer-a-round exchange (``PairwiseRounds`` with ``ALL_GATHER``), each
-  received block straight into its place.
+* all_gather and all_to_all: ``library`` / ``ilibrary``, ``MPI_Allgather`` /
+  ``MPI_Iallgather`` or ``MPI_Alltoall`` / ``MPI_Ialltoall`` (what the runtime
+  runs); ``pairwise``, the same one-peer-a-round exchange (``PairwiseRounds``),
+  each received block straight into its place.
 
 Every form's output is checked exactly (integer-valued floats) before timing.
 Prints per form the median, the fastest round, and the median over the step's
-one-way bound: ``(k-1)/k`` of the step's larger side (the reduce_scatter's
-input, the all_gather's output) into or out of every node, all local ranks'
-groups through the node's link at ``--link-GBps``.
+one-way bound: the off-node share of the step's larger side (the
+reduce_scatter's input, the all_gather's output), ``(k-1)/k`` for a node step,
+through the node's link at ``--link-GBps``: every local rank's group for a node
+step; once per node for a flat reduce_scatter or all_gather (what a node must
+receive or send at least), once per rank for a flat all_to_all.
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ from scripts.provenance import checkout_state
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
     p = argparse.ArgumentParser(prog="python -m scripts.bench_reduce_scatter", description=__doc__.split("\n\n")[0])
-    p.add_argument("--collective", choices=("reduce_scatter", "all_gather"), default="reduce_scatter",
+    p.add_argument("--collective", choices=("reduce_scatter", "all_gather", "all_to_all"), default="reduce_scatter",
                    help="the step's collective (default reduce_scatter)")
+    p.add_argument("--flat", action="store_true", help="time the flat step over every rank, not the node step")
     p.add_argument("--bytes", type=sizes_argument, default=(64 << 20,), help="message size M (default 64M)")
     p.add_argument("--ranks-per-node", type=int, default=2, help="ranks per node (default 2)")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds (default 7)")
@@ -59,13 +66,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def gather_forms(group: MpiGroup, src: np.ndarray, dst: np.ndarray) -> dict:
-    """Each all_gather form as a call running the step once from `src` (this member's block) into `dst`."""
+def moved_forms(group: MpiGroup, op: Collective, src: np.ndarray, dst: np.ndarray) -> dict:
+    """Each all_gather or all_to_all form as a call running the step once from `src` into `dst`: MPI's own call,
+    blocking and not, and the pairwise exchange."""
+    call = getattr(group, op.value)
     return {
-        "library": lambda: group.all_gather(src, dst),
-        "ilibrary": lambda: group.all_gather(src, dst, nonblocking=True).Wait(),
-        "pairwise": lambda: PairwiseRounds(group.comm, src, dst, None, Collective.ALL_GATHER).Wait(),
+        "library": lambda: call(src, dst),
+        "ilibrary": lambda: call(src, dst, nonblocking=True).Wait(),
+        "pairwise": lambda: PairwiseRounds(group.comm, src, dst, None, op).Wait(),
     }
+
+
+def step_data(op: Collective, group: MpiGroup, count: int, members: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """This member's input, output buffer, exact expected output and forms for a step of `op` whose larger side is
+    `count` float32 elements, over the group of world ranks `members` (integer-valued floats, so sums are exact)."""
+    k, me = len(members), group.comm.Get_rank()
+    ramp = np.arange(count, dtype=np.float32) % 1024
+    if op is Collective.REDUCE_SCATTER:
+        src = ramp + members[me]
+        dst, scratch = np.empty(count // k, np.float32), np.empty(count, np.float32)
+        return src, dst, ramp.reshape(k, -1)[me] * k + sum(members), forms(group, src, dst, scratch)
+    if op is Collective.ALL_GATHER:  # member j's block, valued by j, lands j-th
+        src = ramp[: count // k] + me * 1024
+        expected = (ramp[: count // k][None, :] + 1024 * np.arange(k, dtype=np.float32)[:, None]).ravel()
+    else:  # all_to_all: member i's block j, valued by (i, j), lands i-th at member j
+        src = ramp + me * 1024
+        expected = (ramp.reshape(k, -1)[me][None, :] + 1024 * np.arange(k, dtype=np.float32)[:, None]).ravel()
+    dst = np.empty(count, np.float32)
+    return src, dst, expected, moved_forms(group, op, src, dst)
 
 
 def forms(group: MpiGroup, src: np.ndarray, dst: np.ndarray, scratch: np.ndarray) -> dict:
@@ -94,22 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     node, local = divmod(rank, args.ranks_per_node)
-    comm = world.Split(color=local, key=node)
-    group, k, me = MpiGroup(comm), comm.Get_size(), comm.Get_rank()
+    comm = world.Split(color=0 if args.flat else local, key=rank if args.flat else node)
+    group, k, op = MpiGroup(comm), comm.Get_size(), Collective(args.collective)
+    members = comm.allgather(rank)
     nbytes = args.bytes[0]
-    count = nbytes // args.ranks_per_node // 4 // k * k  # the step's larger side, in float32 elements
-    if args.collective == "all_gather":  # member j's block: j-th of the group's, valued by it
-        block = count // k
-        src = (np.arange(block, dtype=np.float32) % 1024) + me * 1024
-        expected = ((np.arange(block, dtype=np.float32) % 1024)[None, :] + 1024 * np.arange(k, dtype=np.float32)[:, None]).ravel()
-        dst = np.empty(count, np.float32)
-        runs = gather_forms(group, src, dst)
-    else:
-        src = (np.arange(count, dtype=np.float32) % 1024) + rank
-        expected = (np.arange(count, dtype=np.float32) % 1024).reshape(k, -1)[me] * k + sum(
-            node_ * args.ranks_per_node + local for node_ in range(k))
-        dst, scratch = np.empty(count // k, np.float32), np.empty(count, np.float32)
-        runs = forms(group, src, dst, scratch)
+    # the step's larger side, in float32 elements: a node step holds 1/ranks_per_node of the message
+    count = nbytes // (1 if args.flat else args.ranks_per_node) // 4 // k * k
+    src, dst, expected, runs = step_data(op, group, count, members)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for name, run in runs.items():
         dst.fill(np.nan)
@@ -126,12 +145,19 @@ def main(argv: list[str] | None = None) -> int:
             times[name].append(world.allreduce(time.perf_counter() - t, op=MPI.MAX))
     comm.Free()
     if rank == 0:
-        bound = (k - 1) / k * count * 4 * args.ranks_per_node / (args.link_GBps * 1e9)
+        off_node = (k - (args.ranks_per_node if args.flat else 1)) / k  # of the larger side, what crosses the node link
+        # a node step's groups (one per local rank) all cross; a flat step's node needs its off-node data once,
+        # except an all_to_all's, addressed to each rank
+        copies = args.ranks_per_node if not args.flat or op is Collective.ALL_TO_ALL else 1
+        bound = off_node * count * 4 * copies / (args.link_GBps * 1e9)
         checkout = checkout_state()
         print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} commit {checkout['commit']} dirty {checkout['dirty']}")
-        step = ("AG(data@node) of AG(data@node) -> AG(data@core)" if args.collective == "all_gather"
-                else "RS(data@node) of RS(data@core) -> RS(data@node)")
-        print(f"# {step}, {size} ranks ({k} nodes x {args.ranks_per_node}), "
+        short = {"reduce_scatter": "RS", "all_gather": "AG", "all_to_all": "A2A"}[args.collective]
+        step = (f"{short}(data@node,data@core), the flat step" if args.flat else
+                {"RS": "RS(data@node) of RS(data@core) -> RS(data@node)",
+                 "AG": "AG(data@node) of AG(data@node) -> AG(data@core)",
+                 "A2A": "A2A(data@node) of A2A(data@node) -> A2A(data@core)"}[short])
+        print(f"# {step}, {size} ranks ({size // args.ranks_per_node} nodes x {args.ranks_per_node}), "
               f"{nbytes >> 20} MiB, {args.rounds} rounds; one-way bound {bound * 1e3:.1f} ms; every output exact")
         for name, ts in times.items():
             median = statistics.median(ts)

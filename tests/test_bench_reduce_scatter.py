@@ -48,7 +48,7 @@ def test_every_all_gather_form_is_exact_and_timed():
      "        self.pending = []\n"
      "        return\n"
      "    to, frm = (self.me + self.round) % self.k, (self.me - self.round) % self.k\n"
-     "    self.pending = [self.comm.Irecv(self.blocks[(frm + 1) % self.k], source=frm, tag=b.EXCHANGE_TAG),\n"
+     "    self.pending = [self.comm.Irecv(self.places[(frm + 1) % self.k], source=frm, tag=b.EXCHANGE_TAG),\n"
      "                    self.comm.Isend(self.src, dest=to, tag=b.EXCHANGE_TAG)]\n"
      "b.PairwiseRounds._post_next = wrong", "pairwise: "),
 ])
