@@ -116,6 +116,44 @@ def forms(group: MpiGroup, src: np.ndarray, dst: np.ndarray, scratch: np.ndarray
     }
 
 
+def step_text(op: Collective, flat: bool) -> str:
+    """The timed step, and the program it is the node step of."""
+    x = op.short
+    if flat:
+        return f"{x}(data@node,data@core), the flat step"
+    program = f"{x}(data@core) -> {x}(data@node)" if op is Collective.REDUCE_SCATTER else f"{x}(data@node) -> {x}(data@core)"
+    return f"{x}(data@node) of {program}"
+
+
+def bound_seconds(op: Collective, flat: bool, k: int, count: int, ranks_per_node: int, link_GBps: float) -> float:
+    """The step's one-way bound: the off-node share of its larger side (`count` float32 elements per member of `k`)
+    through a node's link, for every local rank's group of a node step; once per node for a flat reduce_scatter or
+    all_gather (what a node must receive or send at least), once per rank for a flat all_to_all."""
+    off_node = (k - (ranks_per_node if flat else 1)) / k
+    copies = ranks_per_node if not flat or op is Collective.ALL_TO_ALL else 1
+    return off_node * count * 4 * copies / (link_GBps * 1e9)
+
+
+def timed(world: MPI.Intracomm, runs: dict, dst: np.ndarray, expected: np.ndarray, rounds: int) -> dict[str, list[float]]:
+    """Each form's output checked exactly first (SystemExit naming a wrong one), then its time per interleaved
+    round (alternating order), the slowest rank's."""
+    for name, run in runs.items():
+        dst.fill(np.nan)
+        world.Barrier()
+        run()
+        wrong = world.allreduce(int(np.count_nonzero(dst != expected)))
+        if wrong:
+            raise SystemExit(f"{name}: {wrong} wrong elements")
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name, run in (list(runs.items()) if r % 2 == 0 else list(runs.items())[::-1]):
+            world.Barrier()
+            t = time.perf_counter()
+            run()
+            times[name].append(world.allreduce(time.perf_counter() - t, op=MPI.MAX))
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     """Time the forms on this job; rank 0 prints the table."""
     args = parse_args(argv)
@@ -124,40 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     node, local = divmod(rank, args.ranks_per_node)
     comm = world.Split(color=0 if args.flat else local, key=rank if args.flat else node)
     group, k, op = MpiGroup(comm), comm.Get_size(), Collective(args.collective)
-    members = comm.allgather(rank)
     nbytes = args.bytes[0]
     # the step's larger side, in float32 elements: a node step holds 1/ranks_per_node of the message
     count = nbytes // (1 if args.flat else args.ranks_per_node) // 4 // k * k
-    src, dst, expected, runs = step_data(op, group, count, members)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for name, run in runs.items():
-        dst.fill(np.nan)
-        world.Barrier()
-        run()
-        wrong = world.allreduce(int(np.count_nonzero(dst != expected)))
-        if wrong:
-            raise SystemExit(f"{name}: {wrong} wrong elements")
-    for r in range(args.rounds):
-        for name, run in (list(runs.items()) if r % 2 == 0 else list(runs.items())[::-1]):
-            world.Barrier()
-            t = time.perf_counter()
-            run()
-            times[name].append(world.allreduce(time.perf_counter() - t, op=MPI.MAX))
+    src, dst, expected, runs = step_data(op, group, count, comm.allgather(rank))
+    times = timed(world, runs, dst, expected, args.rounds)
     comm.Free()
     if rank == 0:
-        off_node = (k - (args.ranks_per_node if args.flat else 1)) / k  # of the larger side, what crosses the node link
-        # a node step's groups (one per local rank) all cross; a flat step's node needs its off-node data once,
-        # except an all_to_all's, addressed to each rank
-        copies = args.ranks_per_node if not args.flat or op is Collective.ALL_TO_ALL else 1
-        bound = off_node * count * 4 * copies / (args.link_GBps * 1e9)
+        bound = bound_seconds(op, args.flat, k, count, args.ranks_per_node, args.link_GBps)
         checkout = checkout_state()
         print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} commit {checkout['commit']} dirty {checkout['dirty']}")
-        short = {"reduce_scatter": "RS", "all_gather": "AG", "all_to_all": "A2A"}[args.collective]
-        step = (f"{short}(data@node,data@core), the flat step" if args.flat else
-                {"RS": "RS(data@node) of RS(data@core) -> RS(data@node)",
-                 "AG": "AG(data@node) of AG(data@node) -> AG(data@core)",
-                 "A2A": "A2A(data@node) of A2A(data@node) -> A2A(data@core)"}[short])
-        print(f"# {step}, {size} ranks ({size // args.ranks_per_node} nodes x {args.ranks_per_node}), "
+        print(f"# {step_text(op, args.flat)}, {size} ranks ({size // args.ranks_per_node} nodes x {args.ranks_per_node}), "
               f"{nbytes >> 20} MiB, {args.rounds} rounds; one-way bound {bound * 1e3:.1f} ms; every output exact")
         for name, ts in times.items():
             median = statistics.median(ts)

@@ -118,10 +118,17 @@ TESTBEDS = {**LIMIT_TESTBEDS, "2x2x4-1gbit-400mbit": Testbed("2x2x4-1gbit-400mbi
 DEFAULT_TESTBEDS = tuple(LIMIT_TESTBEDS)
 
 
+PARTS = ("compute_s", "layer_comm_s", "bubble_s", "pipeline_comm_s", "gradient_exposed_s", "after_s")
+
+
 def job_ranks(job: str) -> int:
     """How many ranks `job` runs on (the product of its axes' sizes)."""
     return math.prod(a["size"] for a in JOBS[job]["axes"])
-PARTS = ("compute_s", "layer_comm_s", "bubble_s", "pipeline_comm_s", "gradient_exposed_s", "after_s")
+
+
+def jobs_on(tb: Testbed, jobs: tuple[str, ...]) -> list[str]:
+    """The jobs of `jobs` that run on testbed `tb`: those of its rank count."""
+    return [j for j in jobs if job_ranks(j) == tb.nodes * tb.ranks_per_node]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -147,6 +154,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError("give --out (to measure) or --from-raw (to print measured tables), not both")
     if args.rounds < 3 or args.warmup < 0:
         raise UsageError("--rounds must be at least 3 and --warmup at least 0")
+    for name in args.testbeds if args.out is not None else ():
+        if not jobs_on(TESTBEDS[name], args.jobs):
+            ranks = TESTBEDS[name].nodes * TESTBEDS[name].ranks_per_node
+            raise UsageError(f"--testbeds {name} has {ranks} ranks and no job of --jobs runs on {ranks}: add one of "
+                             f"{', '.join(j for j in JOBS if job_ranks(j) == ranks)}")
     args.model = None
     if args.frozen and args.out is not None:
         from scripts.accuracy.measure import model_freeze
@@ -378,9 +390,8 @@ def measure(args: argparse.Namespace, log) -> dict:
         tb: Testbed = TESTBEDS[name]
         entry: dict = {"testbed": tb.__dict__, "jobs": []}
         raw["testbeds"].append(entry)
-        jobs = [j for j in args.jobs if job_ranks(j) == tb.nodes * tb.ranks_per_node]
         with testbed_session(tb, entry, raw, args.out, args.workdir, args.calibrate_bytes, args.instance, log) as fitted:
-            for job in jobs if fitted is not None else ():
+            for job in jobs_on(tb, args.jobs) if fitted is not None else ():
                 measure_job(args, f"{name}-{job}", job, fitted, entry, raw, log)
     raw["finished"] = now()
     write_json_atomic(raw, args.out)

@@ -59,6 +59,7 @@ factors, which keeps the symbolic form linear.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,30 +161,21 @@ def binomial_rounds(leaders: tuple[tuple[int, int], ...]) -> tuple[tuple[tuple[i
 
     `leaders`: the ``(level, factor)`` of each cell the leaders differ on, the
     first most significant in their order (a group's members are ordered by
-    their digits on its slice, :meth:`ConcreteModel.grid`); the root is leader
+    their digits on its slice, :meth:`ConcreteChecker.grid`); the root is leader
     0. In round ``r`` each leader ``v < 2**r`` sends the whole segment to
     ``v + 2**r``. A transfer leaves a level-``l`` unit when the two leaders'
     digits differ on a cell at level ``l`` or an outer one.
     """
-    radices = [f for _, f in leaders]
-    count = math.prod(radices)
-    digits = []
-    for j in range(count):
-        d = []
-        for f in reversed(radices):
-            j, x = divmod(j, f)
-            d.append(x)
-        digits.append(tuple(reversed(d)))
-    levels = sorted({lv for lv, _ in leaders})
+    digits = list(itertools.product(*(range(f) for _, f in leaders)))  # leader j's digits, the first most significant
     rounds = []
     r = 1
-    while r < count:
-        pairs = [(v, v + r) for v in range(min(r, count - r))]
+    while r < len(digits):
+        pairs = [(v, v + r) for v in range(min(r, len(digits) - r))]
         crossing: dict[int, int] = {}
-        for l in levels:
+        for l in sorted({lv for lv, _ in leaders}):
             mine = [i for i, (lv, _) in enumerate(leaders) if lv <= l]
-            unit = lambda j: tuple(digits[j][i] for i in mine)
-            moves = [(unit(a), unit(b)) for a, b in pairs if unit(a) != unit(b)]
+            units = [tuple(d[i] for i in mine) for d in digits]  # each leader's level-l unit
+            moves = [(units[a], units[b]) for a, b in pairs if units[a] != units[b]]
             if moves:
                 out = max(sum(1 for a, _ in moves if a == u) for u, _ in moves)
                 into = max(sum(1 for _, b in moves if b == u) for _, u in moves)

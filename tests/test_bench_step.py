@@ -113,6 +113,7 @@ def test_from_raw_writes_the_summary(tmp_path):
 @pytest.mark.parametrize("argv, line", [
     ([], "error: give --out (to measure) or --from-raw"),
     (["--from-raw", "/nonexistent.json"], "error: cannot read raw measurements /nonexistent.json"),
+    (["--out", "/tmp/x.json", "--jobs", "dp2-pp2-tp4"], "error: --testbeds 4x2-1gbit has 8 ranks and no job of --jobs runs on 8"),
     (["--out", "x.json", "--rounds", "2"], "error: --rounds must be at least 3"),
 ])
 def test_bad_usage_is_one_line(argv, line):
