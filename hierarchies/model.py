@@ -121,6 +121,26 @@ class HanBroadcast(str, Enum):
         return self.value
 
 
+class TunedAllReduce(str, Enum):
+    """How the simulator prices a blocking all_reduce that Open MPI's coll/tuned runs (a group that coll/han leaves
+    alone: inside one host, or one member per host) under ``library: open-mpi``.
+
+    ``rules`` (what an omitted field means): Open MPI 5's fixed decision,
+    Rabenseifner above a size threshold that depends on the group size, and
+    for a group that is not a power of two the extra rounds that fold its
+    surplus members in and out; ``fastest``: the faster of recursive
+    doubling and a ring, the price the campaigns recorded before this field
+    froze, kept so that their recorded hierarchies are scored under the model
+    they judged.
+    """
+
+    RULES = "rules"
+    FASTEST = "fastest"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Link:
     """Resolved link figures of one level, in SI units (bytes/s, seconds)."""
@@ -142,6 +162,7 @@ class Hierarchy(BaseModel):
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
     reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
     han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
+    tuned_all_reduce: TunedAllReduce | None = Field(default=None, description="under open-mpi, how a blocking all_reduce that coll/tuned runs (inside one host, or one member per host) is priced: rules (Open MPI 5's fixed decision, Rabenseifner with its fold for groups that are not a power of two; the default) or fastest (the faster of recursive doubling and a ring, for hierarchies recorded before)")
 
     @field_validator("levels")
     @classmethod

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun, TunedAllReduce
 
 KiB, MiB = 1024, 1024 * 1024
 LATENCY_SIZES = (8, 256, 4 * KiB)
@@ -132,6 +132,7 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
     if library is CollectiveLibrary.OPEN_MPI:  # said outright, so that a record of it tells what its runs ran
         update["reduce_scatter"] = ReduceScatterRun.EXCHANGE
         update["han_broadcast"] = HanBroadcast.BINOMIAL
+        update["tuned_all_reduce"] = TunedAllReduce.RULES
     out = h.model_copy(update=update)
     return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads
 

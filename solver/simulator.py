@@ -41,6 +41,10 @@ the emulated cluster call for (see ``docs/simulator.md``):
   ``nonblocking``) is a binomial reduce to the first rank and a binomial
   broadcast back for fewer than 4 members or under 64 KiB, Rabenseifner
   otherwise.
+* Open MPI's fixed rules for a blocking all_reduce that coll/han leaves
+  alone (inside one host, or one member per host): Rabenseifner above a size
+  threshold by group size, with the rounds that fold a group that is not a
+  power of two down to one (:func:`rabenseifner`).
 * Open MPI's hierarchical component: under Open MPI a blocking all_reduce,
   reduce or broadcast whose group spans several hosts runs ``coll/han``
   (:func:`open_mpi_han`): 64 KiB segments pipelined through an intra-host
@@ -65,7 +69,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun, TunedAllReduce
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
@@ -120,6 +124,73 @@ LIBNBC_RABENSEIFNER_MIN_BYTES = 65536.0
 def libnbc_binomial_all_reduce(alg: Algebra, k: Any, m: Any) -> Any:
     """Whether libnbc's non-blocking all_reduce over `k` members of an `m`-byte buffer runs binomial (not Rabenseifner)."""
     return alg.any([k < LIBNBC_RABENSEIFNER_MIN_MEMBERS - 0.5, m < LIBNBC_RABENSEIFNER_MIN_BYTES])
+
+
+# Open MPI 5's fixed rules for MPI_Allreduce with a commutative op (coll/tuned, ompi_coll_tuned_allreduce_intra_dec_fixed):
+# Rabenseifner ("rabenseifner": ompi_coll_base_allreduce_intra_redscat_allgather) for groups of fewer than `below`
+# members whose buffer has at least `least` bytes (each row from the previous row's `below`); recursive doubling, a
+# ring or a segmented ring below, priced as the faster of recursive doubling and a ring.
+OPEN_MPI_RABENSEIFNER_ALL_REDUCE = ((4, 262144), (16, 8192), (32, 4096), (64, 128), (256, 262144), (512, 4096),
+                                    (4096, 16384), (math.inf, 32768))
+
+
+def open_mpi_rabenseifner_all_reduce(alg: Algebra, k: Any, m: Any) -> Any:
+    """Whether Open MPI's fixed rules run a blocking all_reduce over `k` members of an `m`-byte buffer as Rabenseifner."""
+    def above(least: float) -> Any:
+        return alg.ite(m < least, 0.0, 1.0)
+
+    flag = above(OPEN_MPI_RABENSEIFNER_ALL_REDUCE[-1][1])
+    for below, least in reversed(OPEN_MPI_RABENSEIFNER_ALL_REDUCE[:-1]):
+        flag = alg.ite(k < below, above(least), flag)
+    return flag > 0.5
+
+
+def _group_sizes(factors: Sequence[int]) -> list[int]:
+    """Every size a step's group can have: the products of the subsets of the reduced cells' factors, ascending."""
+    return sorted({math.prod(c) for r in range(len(factors) + 1) for c in itertools.combinations(factors, r)})
+
+
+def _of_size(alg: Algebra, shape: StepShape, value) -> Any:
+    """``value(k)`` for the step's group size ``k`` (a chain over the sizes its slice can have)."""
+    sizes = _group_sizes(shape.factors)
+    out = value(sizes[-1])
+    for size in reversed(sizes[:-1]):
+        out = alg.ite(shape.k < size + 0.5, value(size), out)
+    return out
+
+
+def rabenseifner(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any],
+                 gamma: float, two_way: Sequence[float], ring: Any) -> Any:
+    """Seconds of Open MPI's Rabenseifner all_reduce (``ompi_coll_base_allreduce_intra_redscat_allgather``) over the
+    step's ``k`` members, given `ring`, the bandwidth-optimal price over all ``k``.
+
+    With ``k`` a power of two it is that price. Otherwise it runs among the
+    largest power of two ``p' < k``, so its reduce-scatter and allgather move
+    ``2 (p'-1)/p' m`` (`ring` scaled by ``((p'-1)/p') / ((k-1)/k)``), and
+    the ``r = k - p'`` surplus members fold in and out around it: the first
+    ``2r`` ranks pair up, exchange halves (``m/2`` each way, two-way), sum
+    them (``gamma m/2``) and the odd one sends its half to the even one
+    (``m/2``, one way); at the end the even one sends the odd one the whole
+    result (``m``, one way). Adjacent ranks differ at the innermost level the
+    slice spans, so the fold's three rounds cross that level's fabric, its
+    uplink shared by the unit's active devices as every flat round's is.
+    """
+    h = placement.hierarchy
+
+    def core(k: int) -> float:
+        p = 1 << (k.bit_length() - 1)
+        return 1.0 if k == p else ((p - 1) / p) / ((k - 1) / k)
+
+    def fold_at(l: int) -> Any:
+        at = lambda v: level_time(alg, placement, l, v, S, Z, shape.factors, shape.levels, spread_over_group=False)
+        return 3.0 * h.links[l].latency + at(shape.m * 0.5) * two_way[l] + at(shape.m * 1.5) + shape.m * 0.5 * gamma
+
+    fold = 0.0
+    for l in range(len(h.levels)):  # the innermost spanned level, the last to apply
+        if any(lv == l for lv in shape.levels):
+            fold = alg.ite(shape.spans[l], fold_at(l), fold)
+    folds = _of_size(alg, shape, lambda k: 0.0 if k & (k - 1) == 0 else 1.0)
+    return ring * _of_size(alg, shape, core) + alg.ite(folds > 0.5, fold, 0.0)
 
 
 # Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce and MPI_Bcast on every
@@ -468,6 +539,9 @@ class Simulator:
             ar = _min(alg, exchange_rounds + round_gamma, ring_ar)
             r = _min(alg, rounds + round_gamma, scatter_based + part * gamma)
             b = _min(alg, rounds, scatter_based)
+        if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking and h.tuned_all_reduce is not TunedAllReduce.FASTEST:
+            ar = alg.ite(open_mpi_rabenseifner_all_reduce(alg, shape.k, m),
+                         rabenseifner(alg, self.placement, shape, S, Z, gamma, two_way, ring_ar), ar)
         if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking:
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
             if han is not None:

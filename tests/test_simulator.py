@@ -14,7 +14,7 @@ from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
 from p2synth.solver.simulator import Simulator, binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun, TunedAllReduce
 from tests import oracles
 
 AR, RS, AG, R, B, A2A, SR = Collective
@@ -235,11 +235,11 @@ def test_open_mpi_linear_scatter_shares_the_roots_uplink():
     assert math.isclose(step_seconds(linear, abstract.start_state(RS, 1), RS, 1, 1), reduce + ALPHA + 4 * (m / 2) / 1e9, rel_tol=1e-12)
 
 
-def _han_flat(library=OPEN_MPI, nodes=2, cores=2, han_broadcast=None):
+def _han_flat(library=OPEN_MPI, nodes=2, cores=2, han_broadcast=None, tuned_all_reduce=None):
     # node x core, one 1 GB/s NIC per node shared by its cores; shared memory 10 GB/s; no reduction compute
     h = Hierarchy(levels=(Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
                           Level(name="core", count=cores, bandwidth_GBps=10.0, latency_us=1.0)), library=library,
-                  han_broadcast=han_broadcast)
+                  han_broadcast=han_broadcast, tuned_all_reduce=tuned_all_reduce)
     return Placement(h, (Axis(name="data", size=nodes * cores),), ((nodes, cores),))
 
 
@@ -354,12 +354,54 @@ def test_open_mpi_han_broadcast_over_six_leaders_pays_each_rounds_busiest_uplink
 def test_open_mpi_han_leaves_one_host_groups_one_member_per_host_nonblocking_steps_and_other_libraries_alone():
     m = float(1 << 26)
     for op in (AR, R, B):
-        # a group inside one host, or one member per host: coll/tuned, as without a library
+        # a group inside one host, or one member per host: coll/tuned, as without a library (its all_reduce priced
+        # as the faster schedule, as without a library; the fixed rules' price is tested below)
         for S in (0b10, 0b01):
-            assert _step(_han_flat(), op, m, S) == _step(_han_flat(library=None), op, m, S)
+            tuned = _han_flat(tuned_all_reduce=TunedAllReduce.FASTEST)
+            assert _step(tuned, op, m, S) == _step(_han_flat(library=None), op, m, S)
         # a pipelined program's pieces run non-blocking (libnbc): no coll/han
         assert _step(_han_flat(), op, m, 0b11, nonblocking=True) == _step(_han_flat(library=None), op, m, 0b11, nonblocking=True)
         assert _step(_han_flat(library=CollectiveLibrary.NCCL), op, m, 0b11) == _step(_han_flat(library=None), op, m, 0b11)
+
+
+def _tuned(nodes, rules=None, two_way=None):
+    # node x core 2, no latency and no reduction compute: one 1 GB/s NIC per node shared by its two cores
+    h = Hierarchy(levels=(Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=0.0,
+                                duplex_efficiency=two_way),
+                          Level(name="core", count=2, bandwidth_GBps=1000.0, latency_us=0.0)),
+                  library=OPEN_MPI, tuned_all_reduce=rules)
+    return Placement(h, (Axis(name="data", size=2 * nodes),), ((nodes, 2),))
+
+
+def test_open_mpi_all_reduce_one_member_per_host_is_rabenseifner_folding_a_non_power_of_two():
+    """An all_reduce step over the node cell only (one member per host, two such groups sharing each NIC): coll/tuned,
+    whose fixed rules run Rabenseifner from 256 KiB for fewer than 4 members. By hand, for 3 nodes at 1 MiB: the
+    ring's price over 3 members is 2 groups x (4/3) m / 1 GB/s; Rabenseifner runs over p' = 2 members, 2 x (1/2) m per
+    member (3/4 of the ring's), and folds the third member in and out across the node level: m/2 each way, then
+    m/2 and m one way, every transfer sharing the NIC with the other group (x 2). 6m/1e9 against the ring's
+    8m/3e9. With a power of two (4 nodes) it is the ring's price; below 256 KiB, or priced ``fastest``, the faster
+    of recursive doubling and the ring, as before; the duplex factor slows only the exchanging rounds."""
+    m, node = float(1 << 20), 0b01
+    assert math.isclose(_step(_tuned(3), AR, m, node), 6 * m / 1e9, rel_tol=1e-12)
+    assert math.isclose(_step(_tuned(3, TunedAllReduce.FASTEST), AR, m, node), 8 * m / 3e9, rel_tol=1e-12)
+    assert math.isclose(_step(_tuned(3), AR, 131072.0, node), _step(_tuned(3, TunedAllReduce.FASTEST), AR, 131072.0, node), rel_tol=1e-12)
+    assert math.isclose(_step(_tuned(4), AR, m, node), 2 * 2 * (3 / 4) * m / 1e9, rel_tol=1e-12)
+    e = 0.5  # both directions at half rate: the ring and the exchanging rounds cost twice, the one-way sends once
+    assert math.isclose(_step(_tuned(3, two_way=e), AR, m, node), (0.75 * 8 / 3 * m / e + 2 * (m / 2) / e + 2 * 1.5 * m) / 1e9, rel_tol=1e-12)
+    # a group of 6 (every rank, one host's two members inside it) is coll/han's, not this term's
+    assert _step(_tuned(3), AR, m, 0b11) == _step(_tuned(3, TunedAllReduce.FASTEST), AR, m, 0b11)
+
+
+def test_open_mpi_rabenseifner_threshold_follows_the_fixed_rules_by_group_size():
+    """Rabenseifner from 256 KiB below 4 members, from 8 KiB for 4-15, 4 KiB for 16-31, 128 B for 32-63."""
+    from p2synth.solver.cost import PyAlgebra
+    from p2synth.solver.simulator import open_mpi_rabenseifner_all_reduce
+
+    alg = PyAlgebra()
+    for k, least in ((2, 262144), (3, 262144), (4, 8192), (15, 8192), (16, 4096), (31, 4096), (32, 128), (63, 128),
+                     (64, 262144), (300, 4096), (1000, 16384), (5000, 32768)):
+        assert open_mpi_rabenseifner_all_reduce(alg, float(k), float(least))
+        assert not open_mpi_rabenseifner_all_reduce(alg, float(k), float(least) - 1.0)
 
 
 def test_z3_minimises_the_coll_han_term_exactly():
@@ -375,6 +417,8 @@ def test_z3_minimises_the_coll_han_term_exactly():
     # six leaders, two per rack: libnbc's binomial broadcast, its rounds priced per leader order (binomial_rounds)
     six = Placement(_racks(3, 2, 0.25), (Axis(name="data", size=12),), ((3, 2, 2),))
     cases += [(six, op, float(1 << 22)) for op in (AR, B)]
+    # three hosts: coll/tuned's Rabenseifner folding its third member in and out, on the steps over the node cell
+    cases += [(_han_flat(nodes=3), AR, m) for m in (float(1 << 17), float(1 << 22))]
     assert_z3_ranks_as_the_search(cases)
 
 

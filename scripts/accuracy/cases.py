@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun
+from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun, TunedAllReduce
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program, Request
 from p2synth.runtime.calibration import library_of
@@ -108,14 +108,17 @@ def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     """A recorded hierarchy as what ran its measurements, priced as when it was recorded: without a library (recorded
     before calibration wrote it), the one its calibration's MPI string `mpi` names; under Open MPI without
     ``reduce_scatter`` (recorded before calibration wrote it, when the runtime called ``MPI_Reduce_scatter_block``),
-    ``library``; and without ``han_broadcast`` (recorded before calibration wrote it), ``one-copy``, the price of coll/han's
-    broadcast that the campaigns recorded then were judged under."""
+    ``library``; without ``han_broadcast`` (recorded before calibration wrote it), ``one-copy``, the price of coll/han's
+    broadcast that the campaigns recorded then were judged under; and without ``tuned_all_reduce``, ``fastest``, the
+    price of coll/tuned's all_reduce they were judged under."""
     if h.library is None:
         h = h.model_copy(update={"library": library_of(mpi)})
     if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is None:
         h = h.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
     if h.library is CollectiveLibrary.OPEN_MPI and h.han_broadcast is None:
         h = h.model_copy(update={"han_broadcast": HanBroadcast.ONE_COPY})
+    if h.library is CollectiveLibrary.OPEN_MPI and h.tuned_all_reduce is None:
+        h = h.model_copy(update={"tuned_all_reduce": TunedAllReduce.FASTEST})
     return h
 
 
