@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2"]
+FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -76,6 +76,32 @@ def test_the_second_frozen_campaign_judges_the_binomial_broadcast_on_a_shape_no_
     assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
 
 
+def test_the_third_frozen_campaign_judges_coll_tuneds_rules_on_a_shape_and_collectives_no_campaign_measured():
+    """docs/accuracy/frozen-6x2/: the model frozen at a commit that prices coll/tuned's all_reduce by Open MPI's fixed
+    rules (its calibrated hierarchy says so), before the first timed run; a testbed shape and a collective set none
+    of the earlier campaigns measured; every prediction recomputed identically; every output checked; the tuner
+    judged on at least 40 re-measured cases."""
+    folder = ROOT / "docs/accuracy/frozen-6x2"
+    doc = json.loads((folder / "summary.json").read_text())
+    raw = json.loads((folder / "raw.json").read_text())
+    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
+    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
+    from datetime import datetime
+    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
+    assert all(tb["hierarchy"]["tuned_all_reduce"] == "rules" for tb in raw["testbeds"])
+    earlier, sets = set(), []
+    for other in ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined",
+                  "docs/accuracy/frozen-3x2x2"):
+        before = json.loads((ROOT / other / "raw.json").read_text())
+        earlier |= {tb["testbed"]["name"] for tb in before["testbeds"]}
+        sets.append(set(before["suite"]["collectives"]))
+    shapes = lambda names: {n.split("-")[0] for n in names}
+    assert shapes(tb["testbed"]["name"] for tb in raw["testbeds"]).isdisjoint(shapes(earlier))
+    assert set(raw["suite"]["collectives"]) not in sets
+    assert doc["tuner_oos_cases"] >= 40
+    assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
+
+
 def test_the_exchange_readme_shows_the_comparison_with_the_main_campaign():
     done = subprocess.run([sys.executable, "-m", "scripts.compare_campaigns", "docs/accuracy/raw.json",
                            "docs/accuracy/exchange/raw.json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -97,6 +123,7 @@ def _table(*args):
     ("docs/accuracy/pipelined/README.md", ["docs/accuracy/pipelined/summary.json"]),
     ("docs/accuracy/exchange/README.md", ["docs/accuracy/exchange/summary.json"]),
     ("docs/accuracy/frozen-3x2x2/README.md", ["docs/accuracy/frozen-3x2x2/summary.json", "docs/accuracy/frozen/summary.json"]),
+    ("docs/accuracy/frozen-6x2/README.md", ["docs/accuracy/frozen-6x2/summary.json"]),
 ])
 def test_the_docs_show_the_summaries_figures(doc, summaries):
     """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
