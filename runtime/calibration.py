@@ -10,10 +10,14 @@ For each level ``l`` with two or more children (:func:`measure_level`):
   (:func:`fit_alpha_beta`);
 * concurrent: every rank of unit 0 sends to its counterpart in unit 1 at once; the
   aggregate rate out of the unit is the uplink (``uplink_GBps``);
-* two-way: the same pairs exchange at once (Sendrecv); the one-way time over the
-  two-way time is what each direction keeps of the rate (``duplex_efficiency``,
-  at most 1), the figure the simulator's exchanging schedules use; written for every
-  level but the innermost, whose two-way time measures CPU copies contending.
+* two-way: the same pairs exchange the same bytes at once, as the exchanging
+  schedules do, in rounds of :data:`DUPLEX_CHUNK_BYTES` (back-to-back Sendrecv);
+  the one-way rate over the two-way rate is what each direction keeps of it
+  (``duplex_efficiency``, at most 1), the figure the simulator's exchanging
+  schedules use; written for every level but the innermost, whose two-way time
+  measures CPU copies contending. One exchange of the whole buffer measured
+  either the full rate or half of it from one run to the next on the shaped
+  testbed (docs/measurements/two-way/6x2-repeat/); rounds of 512 KiB repeat.
 
 :class:`Bench` measures over a :class:`BenchComm`: :class:`MpiComm` (mpi4py) or ``runtime/torch_comm.py``'s
 ``TorchComm`` (torch.distributed, gloo: every byte over TCP, also inside a node), the same measuring code for
@@ -39,6 +43,7 @@ SMALL = 64 * KiB  # sizes up to this get --small-iters iterations
 SMALL_FIT = 4 * KiB  # sizes up to this fix the fitted latency
 LARGE = 1 * MiB  # sizes from this on fix the fitted bandwidth
 MIN_CONCURRENT_BYTES = 256 * KiB
+DUPLEX_CHUNK_BYTES = 512 * KiB  # the two-way probe's round: each pair exchanges its bytes in rounds of this size
 REDUCE_BYTES = 16 * MiB  # buffer of the summing-rate measurement (at most --max-bytes)
 REDUCE_WINDOW_S = 0.2
 TAG_PING, TAG_PONG, TAG_FLOW = 11, 12, 13
@@ -289,9 +294,9 @@ class Bench:
                 comm.recv(msg, senders[receivers.index(rank)], TAG_FLOW)
         return self._slowest(flow)
 
-    def exchange(self, left: list[int], right: list[int], size: int) -> list[float]:
-        """Every rank of `left` and its partner in `right` exchange `size` bytes both ways at once (Sendrecv);
-        per iteration the slowest rank's time from a common barrier (filled on rank 0)."""
+    def exchange(self, left: list[int], right: list[int], size: int, rounds: int = 1) -> list[float]:
+        """Every rank of `left` and its partner in `right` exchange `size` bytes both ways at once, `rounds` times
+        back to back (Sendrecv); per iteration the slowest rank's time from a common barrier (filled on rank 0)."""
         comm = self.comm
         rank = comm.rank()
         out = comm.message(self.buf[:size])
@@ -300,7 +305,8 @@ class Bench:
         def both_ways() -> None:
             if rank in left or rank in right:
                 peer = right[left.index(rank)] if rank in left else left[right.index(rank)]
-                comm.sendrecv(out, back, peer, TAG_FLOW)
+                for _ in range(rounds):
+                    comm.sendrecv(out, back, peer, TAG_FLOW)
         return self._slowest(both_ways)
 
     def _slowest(self, action) -> list[float]:
@@ -353,7 +359,9 @@ def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_byte
     pp = bench.pingpong(0, d, sizes)
     size = max(max_bytes // d, MIN_CONCURRENT_BYTES)
     one_way = bench.concurrent(list(range(d)), list(range(d, 2 * d)), size)
-    two_way = bench.exchange(list(range(d)), list(range(d, 2 * d)), size)
+    chunk = min(size, DUPLEX_CHUNK_BYTES)
+    rounds = max(1, size // chunk)
+    two_way = bench.exchange(list(range(d)), list(range(d, 2 * d)), chunk, rounds)
     conc = (size, one_way) if d > 1 else None
     if bench.comm.rank() != 0:
         return None
@@ -379,8 +387,10 @@ def measure_level(bench: Bench, h: Hierarchy, l: int, sizes: list[int], max_byte
         res["concurrent"] = {"senders": d, "bytes_each": size, "slowest_s": significant(t, 6),
                              "samples_s": [significant(x, 6) for x in samples], "uplink_GBps": aggregate / 1e9,
                              "per_sender_GBps": aggregate / d / 1e9}
-    # the same d pairs, both ways at once: what each direction keeps of the one-way rate
+    # the same d pairs, both ways at once, in rounds: what each direction keeps of the one-way rate
     t1, t2 = statistics.median(one_way), statistics.median(two_way)
-    res["duplex"] = {"pairs": d, "bytes_each": size, "one_way_s": significant(t1, 6), "two_way_s": significant(t2, 6),
-                     "two_way_samples_s": [significant(x, 6) for x in two_way], "efficiency": min(1.0, t1 / t2)}
+    res["duplex"] = {"pairs": d, "bytes_each": size, "one_way_s": significant(t1, 6),
+                     "two_way_bytes_each": chunk * rounds, "two_way_round_bytes": chunk, "two_way_s": significant(t2, 6),
+                     "two_way_samples_s": [significant(x, 6) for x in two_way],
+                     "efficiency": min(1.0, (t1 / size) / (t2 / (chunk * rounds)))}
     return res

@@ -1,9 +1,13 @@
 """scripts.calibrate under real mpiexec: a fitted hierarchy and the table of what changed; bad arguments or a
 hierarchy that does not match the job get one line from rank 0 and exit 2. (The fit itself: tests/test_testbed.py.)"""
 
+import json
+
+import numpy as np
 import pytest
 
 from p2synth.hierarchies.model import Hierarchy, Level
+from p2synth.runtime.calibration import Bench, BenchComm
 from scripts.tables import printed_rows
 from tests.runtime_support import run_mpi
 
@@ -28,7 +32,47 @@ def test_two_local_ranks_fit_the_core_level_and_print_what_changed(tmp_path):
     rows = {row[0]: row for row in printed_rows(job.stderr)}
     assert rows["node"][1:] == ["- -> -", "- -> -", "- -> -", "- -> -", "not measured: count 1"]
     assert rows["core"][2] == f"1 -> {core.bandwidth_GBps:g}" and rows["core"][1] == f"- -> {core.latency_us:g}"
-    assert (tmp_path / "fitted.calibration.json").exists()
+    # the two-way probe moves the same bytes as the one-way one, in rounds of 512 KiB
+    duplex = json.loads((tmp_path / "fitted.calibration.json").read_text())["levels"][0]["duplex"]
+    assert duplex["bytes_each"] == duplex["two_way_bytes_each"] == 1 << 20 and duplex["two_way_round_bytes"] == 512 << 10
+
+
+class _Recorder(BenchComm):
+    """A BenchComm on one rank that records the exchanges instead of making them."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int]] = []
+        self.clock = 0.0
+
+    def rank(self) -> int:
+        return 0
+
+    def wtime(self) -> float:
+        self.clock += 1.0
+        return self.clock
+
+    def message(self, buf):
+        return buf
+
+    def sendrecv(self, out, back, peer, tag) -> None:
+        self.sent.append((len(out), peer))
+
+    def barrier(self) -> None:
+        pass
+
+    def max_on(self, value, root):
+        return value
+
+    def ibarrier(self):
+        return type("Done", (), {"Test": staticmethod(lambda: True)})()
+
+
+def test_the_exchange_runs_its_rounds_back_to_back_within_one_timed_iteration():
+    """Bench.exchange(size, rounds): each timed iteration sends `rounds` messages of `size` bytes to the partner."""
+    comm = _Recorder()
+    bench = Bench(comm, 3, 3, 1, np.zeros(1 << 20, dtype=np.uint8))
+    samples = bench.exchange([0], [1], 512 << 10, rounds=4)
+    assert len(samples) == 3 and comm.sent == [(512 << 10, 1)] * (4 * (1 + 3))
 
 
 @pytest.mark.parametrize("args,hierarchy,line", [
