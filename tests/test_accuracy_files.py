@@ -1,9 +1,10 @@
 """The committed accuracy files are what the code computes from the committed raw measurements, byte for byte.
 
-The campaigns: the one the simulator's terms were built on (docs/accuracy/), and the three frozen-model campaigns
+The campaigns: the one the simulator's terms were built on (docs/accuracy/), and the frozen-model campaigns
 (docs/accuracy/frozen/; docs/accuracy/exchange/ for the runtime's reduce_scatter exchange; docs/accuracy/frozen-3x2x2/
-after coll/han's binomial broadcast), whose summaries must also show that the code at hand predicts exactly what the
-frozen model predicted before the measurement.
+after coll/han's binomial broadcast; docs/accuracy/frozen-6x2/ after coll/tuned's all_reduce rules;
+docs/accuracy/frozen-4x3/ after the two-way probe in rounds), whose summaries must also show that the code at hand
+predicts exactly what the frozen model predicted before the measurement.
 """
 
 import json
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2"]
+FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2",
+           "docs/accuracy/frozen-4x3"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -28,16 +30,9 @@ def test_the_summary_and_report_are_rebuilt_from_the_raw_file_exactly(folder, tm
 
 
 def test_the_frozen_campaign_judges_the_model_it_froze():
-    doc = json.loads((ROOT / "docs/accuracy/frozen/summary.json").read_text())
-    raw = json.loads((ROOT / "docs/accuracy/frozen/raw.json").read_text())
-    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
-    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
-    # the model's commit precedes the measurement
-    from datetime import datetime
-    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
-    # a shape and collectives the simulator's terms were not built on
+    """docs/accuracy/frozen/: a shape, and collectives, that the simulator's terms were not built on."""
+    _, raw = frozen_campaign("docs/accuracy/frozen")
     built_on = json.loads((ROOT / "docs/accuracy/raw.json").read_text())
-    assert {tb["testbed"]["name"] for tb in raw["testbeds"]}.isdisjoint({tb["testbed"]["name"] for tb in built_on["testbeds"]})
     assert set(raw["suite"]["collectives"]).isdisjoint(built_on["suite"]["collectives"])
 
 
@@ -56,50 +51,54 @@ def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchang
     assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
 
 
-def test_the_second_frozen_campaign_judges_the_binomial_broadcast_on_a_shape_no_campaign_measured():
-    """docs/accuracy/frozen-3x2x2/: the model frozen at a commit that prices coll/han's broadcast as libnbc's binomial
-    tree (its calibrated hierarchy says so), before the first timed run; a testbed shape none of the earlier campaigns
-    measured; every prediction recomputed identically; every output checked."""
-    folder = ROOT / "docs/accuracy/frozen-3x2x2"
-    doc = json.loads((folder / "summary.json").read_text())
-    raw = json.loads((folder / "raw.json").read_text())
+CAMPAIGNS = ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined",
+             "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2", "docs/accuracy/frozen-4x3")  # in order
+
+
+def frozen_campaign(folder: str, new_collectives: bool = True) -> tuple[dict, dict]:
+    """The summary and raw file of the frozen campaign in `folder`, after what every later frozen campaign must show:
+    the model frozen at a commit made before the first timed run, every prediction recomputed identically, every
+    output checked exact, a testbed shape that no earlier campaign measured and (`new_collectives`) a collective set
+    none measured together."""
+    doc = json.loads((ROOT / folder / "summary.json").read_text())
+    raw = json.loads((ROOT / folder / "raw.json").read_text())
     assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
     assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
     from datetime import datetime
     assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
-    assert all(tb["hierarchy"]["han_broadcast"] == "binomial" for tb in raw["testbeds"])
-    earlier = set()
-    for other in ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined"):
-        earlier |= {tb["testbed"]["name"] for tb in json.loads((ROOT / other / "raw.json").read_text())["testbeds"]}
-    shapes = lambda names: {n.split("-")[0] for n in names}
-    assert shapes(tb["testbed"]["name"] for tb in raw["testbeds"]).isdisjoint(shapes(earlier))
     assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
-
-
-def test_the_third_frozen_campaign_judges_coll_tuneds_rules_on_a_shape_and_collectives_no_campaign_measured():
-    """docs/accuracy/frozen-6x2/: the model frozen at a commit that prices coll/tuned's all_reduce by Open MPI's fixed
-    rules (its calibrated hierarchy says so), before the first timed run; a testbed shape and a collective set none
-    of the earlier campaigns measured; every prediction recomputed identically; every output checked; the tuner
-    judged on at least 40 re-measured cases."""
-    folder = ROOT / "docs/accuracy/frozen-6x2"
-    doc = json.loads((folder / "summary.json").read_text())
-    raw = json.loads((folder / "raw.json").read_text())
-    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
-    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
-    from datetime import datetime
-    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
-    assert all(tb["hierarchy"]["tuned_all_reduce"] == "rules" for tb in raw["testbeds"])
     earlier, sets = set(), []
-    for other in ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined",
-                  "docs/accuracy/frozen-3x2x2"):
+    for other in CAMPAIGNS[:CAMPAIGNS.index(folder)]:
         before = json.loads((ROOT / other / "raw.json").read_text())
         earlier |= {tb["testbed"]["name"] for tb in before["testbeds"]}
         sets.append(set(before["suite"]["collectives"]))
     shapes = lambda names: {n.split("-")[0] for n in names}
     assert shapes(tb["testbed"]["name"] for tb in raw["testbeds"]).isdisjoint(shapes(earlier))
-    assert set(raw["suite"]["collectives"]) not in sets
+    assert not new_collectives or set(raw["suite"]["collectives"]) not in sets
+    return doc, raw
+
+
+def test_the_second_frozen_campaign_judges_the_binomial_broadcast_on_a_shape_no_campaign_measured():
+    """docs/accuracy/frozen-3x2x2/: the model frozen at a commit that prices coll/han's broadcast as libnbc's binomial
+    tree (its calibrated hierarchy says so); all_reduce and reduce_scatter, as the main campaign measured, on a new
+    shape."""
+    _, raw = frozen_campaign("docs/accuracy/frozen-3x2x2", new_collectives=False)
+    assert all(tb["hierarchy"]["han_broadcast"] == "binomial" for tb in raw["testbeds"])
+
+
+def test_the_third_frozen_campaign_judges_coll_tuneds_rules_and_the_tuner_on_40_cases():
+    """docs/accuracy/frozen-6x2/: the model frozen at a commit that prices coll/tuned's all_reduce by Open MPI's fixed
+    rules (its calibrated hierarchy says so); the tuner judged on at least 40 re-measured cases."""
+    doc, raw = frozen_campaign("docs/accuracy/frozen-6x2")
+    assert all(tb["hierarchy"]["tuned_all_reduce"] == "rules" for tb in raw["testbeds"])
     assert doc["tuner_oos_cases"] >= 40
-    assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
+
+
+def test_the_fourth_frozen_campaign_judges_the_two_way_probe_in_rounds():
+    """docs/accuracy/frozen-4x3/: calibrated with the two-way probe in 512 KiB rounds (its record says so)."""
+    _, raw = frozen_campaign("docs/accuracy/frozen-4x3")
+    duplex = [lv["duplex"] for tb in raw["testbeds"] for lv in tb["calibration"]["levels"] if "duplex" in lv]
+    assert duplex and all(d["two_way_round_bytes"] == 512 << 10 for d in duplex)
 
 
 def test_the_exchange_readme_shows_the_comparison_with_the_main_campaign():
@@ -124,6 +123,7 @@ def _table(*args):
     ("docs/accuracy/exchange/README.md", ["docs/accuracy/exchange/summary.json"]),
     ("docs/accuracy/frozen-3x2x2/README.md", ["docs/accuracy/frozen-3x2x2/summary.json", "docs/accuracy/frozen/summary.json"]),
     ("docs/accuracy/frozen-6x2/README.md", ["docs/accuracy/frozen-6x2/summary.json"]),
+    ("docs/accuracy/frozen-4x3/README.md", ["docs/accuracy/frozen-4x3/summary.json"]),
 ])
 def test_the_docs_show_the_summaries_figures(doc, summaries):
     """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
