@@ -121,6 +121,25 @@ class HanBroadcast(str, Enum):
         return self.value
 
 
+class HanAllGather(str, Enum):
+    """How the simulator prices an all_gather step that Open MPI's coll/han runs (a group spanning hosts with several
+    members on one) under ``library: open-mpi``.
+
+    ``hierarchical`` (what an omitted field means): as coll/han runs it, a
+    gather to each host's leader, an allgather among the leaders, a broadcast
+    inside each host, one after the other; ``flat``: the flat group's
+    recursive doubling, the price the campaigns before this field were judged
+    under, kept so that their recorded hierarchies are scored under the model
+    they judged.
+    """
+
+    HIERARCHICAL = "hierarchical"
+    FLAT = "flat"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class TunedAllReduce(str, Enum):
     """How the simulator prices a blocking all_reduce that Open MPI's coll/tuned runs (a group that coll/han leaves
     alone: inside one host, or one member per host) under ``library: open-mpi``.
@@ -162,6 +181,7 @@ class Hierarchy(BaseModel):
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
     reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
     han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
+    han_all_gather: HanAllGather | None = Field(default=None, description="under open-mpi, how an all_gather that coll/han runs (a group spanning hosts with several members on one) is priced: hierarchical (a gather to each host's leader, an allgather among the leaders, a broadcast inside each host; the default) or flat (the flat group's recursive doubling, for hierarchies recorded before)")
     tuned_all_reduce: TunedAllReduce | None = Field(default=None, description="under open-mpi, how a blocking all_reduce that coll/tuned runs (inside one host, or one member per host) is priced: rules (Open MPI 5's fixed decision, Rabenseifner with its fold for groups that are not a power of two; the default) or fastest (the faster of recursive doubling and a ring, for hierarchies recorded before)")
 
     @field_validator("levels")

@@ -69,7 +69,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, ReduceScatterRun, TunedAllReduce
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
@@ -204,13 +204,14 @@ LIBNBC_LINEAR_BCAST_MAX = 4
 @dataclass(frozen=True)
 class HanTimes:
     """What Open MPI's coll/han charges one step (:func:`open_mpi_han`): whether the group spans hosts (`across`) and
-    has several members on one host (`inside`), and the all_reduce, reduce and broadcast times."""
+    has several members on one host (`inside`), and the all_reduce, reduce, broadcast and all_gather times."""
 
     across: Any
     inside: Any
     all_reduce: Any
     reduce: Any
     broadcast: Any
+    all_gather: Any
 
     def where(self, alg: Algebra, han: Any, other: Any) -> Any:
         """`han` where coll/han runs the step (across hosts, several members on one host), else `other`."""
@@ -365,10 +366,30 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     alphas = [(S[i], math.log2(shape.factors[i]) * h.links[shape.levels[i]].latency) for i in up]
     lat = _chosen_sum(alg, alphas)
     waits = _chosen_sum(alg, [(flag, segments * a) for flag, a in alphas])  # stays linear: constants times `segments`
+    # all_gather, not segmented: a gather of the host's blocks into its leader, the leaders' allgather of those, the
+    # whole result broadcast inside the host, one after the other
+    inner_cells = [(S[i], shape.factors[i]) for i, lv in enumerate(shape.levels) if lv > host]
+    block = _product(alg, inner_cells, shape.m)
+
+    def gathered_in(l: int) -> Any:
+        """The leaders' allgather: coll/tuned's recursive doubling (Bruck where the leaders are not a power of two) in
+        their order, so each leader receives its own copy of the blocks of the leaders outside its level-`l` unit,
+        at its bandwidth, through the unit's uplink shared with every leader in the unit, both directions at once."""
+        within = [(S[i], shape.factors[i]) for i in up if shape.levels[i] > l]
+        v = _product(alg, [(S[i], shape.factors[i]) for i in up], block) - _product(alg, within, block)
+        link = h.links[l]
+        t = v * (1.0 / link.bandwidth)
+        if link.uplink is not None:  # the unit's devices over the group's members per host: its leaders, all groups
+            t = _max(alg, t, _product(alg, inner_cells, v * (h.devices_below(l) / link.uplink), divide=True))
+        return t * two_way[l]
+
+    all_gather = (intra(block - shape.m, 1.0, False) + _slowest_spanned(alg, shape, host + 1, gathered_in) + lat
+                  + intra(shape.m_times_k, 1.0, False))
     return HanTimes(across, inside,
                     pipelined(lambda v: (inter(v, True, True), intra(v, 2.0, True))) + waits + lat,
                     pipelined(lambda v: (inter(v, False, True), intra(v, 1.0, True))) + waits,
-                    pipelined(lambda v: (inter(v, True, False), intra(v, 1.0, False))) + waits)
+                    pipelined(lambda v: (inter(v, True, False), intra(v, 1.0, False))) + waits,
+                    all_gather)
 
 
 @dataclass(frozen=True)
@@ -546,6 +567,8 @@ class Simulator:
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
             if han is not None:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
+                if h.han_all_gather is not HanAllGather.FLAT:
+                    ag = han.where(alg, han.all_gather, ag)
         if h.library is CollectiveLibrary.OPEN_MPI:
             if h.reduce_scatter is ReduceScatterRun.LIBRARY:
                 rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)

@@ -14,7 +14,7 @@ from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.cost import PY
 from p2synth.solver.simulator import Simulator, binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, ReduceScatterRun, TunedAllReduce
 from tests import oracles
 
 AR, RS, AG, R, B, A2A, SR = Collective
@@ -235,11 +235,11 @@ def test_open_mpi_linear_scatter_shares_the_roots_uplink():
     assert math.isclose(step_seconds(linear, abstract.start_state(RS, 1), RS, 1, 1), reduce + ALPHA + 4 * (m / 2) / 1e9, rel_tol=1e-12)
 
 
-def _han_flat(library=OPEN_MPI, nodes=2, cores=2, han_broadcast=None, tuned_all_reduce=None):
+def _han_flat(library=OPEN_MPI, nodes=2, cores=2, han_broadcast=None, tuned_all_reduce=None, han_all_gather=None):
     # node x core, one 1 GB/s NIC per node shared by its cores; shared memory 10 GB/s; no reduction compute
     h = Hierarchy(levels=(Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
                           Level(name="core", count=cores, bandwidth_GBps=10.0, latency_us=1.0)), library=library,
-                  han_broadcast=han_broadcast, tuned_all_reduce=tuned_all_reduce)
+                  han_broadcast=han_broadcast, tuned_all_reduce=tuned_all_reduce, han_all_gather=han_all_gather)
     return Placement(h, (Axis(name="data", size=nodes * cores),), ((nodes, cores),))
 
 
@@ -364,6 +364,25 @@ def test_open_mpi_han_leaves_one_host_groups_one_member_per_host_nonblocking_ste
         assert _step(_han_flat(library=CollectiveLibrary.NCCL), op, m, 0b11) == _step(_han_flat(library=None), op, m, 0b11)
 
 
+def test_open_mpi_han_all_gather_is_a_gather_the_leaders_allgather_and_a_broadcast_one_after_the_other():
+    """node 2 x core 2, one all_gather step over all four (each holds m = M/4): coll/han, by hand. A gather of the
+    host's other block into its leader (m over shared memory, 10 GB/s), the two leaders' allgather of their 2m blocks
+    (each leader receives the other's 2m through its node's NIC, 1 GB/s, alone on it), one alpha(node) round, and a
+    broadcast of the whole 4m inside the host (10 GB/s). Under ``flat``, the flat group's price, as without a library.
+    With 4 nodes the leaders' recursive doubling brings each leader the 3 other blocks, 6m."""
+    M = float(1 << 24)
+    m = M / 4
+    assert math.isclose(_step(_han_flat(), AG, M, 0b11), m / 10e9 + 2 * m / 1e9 + 10e-6 + 4 * m / 10e9, rel_tol=1e-12)
+    flat = _han_flat(han_all_gather=HanAllGather.FLAT)
+    assert _step(flat, AG, M, 0b11) == _step(_han_flat(library=None), AG, M, 0b11) > 1.5 * _step(_han_flat(), AG, M, 0b11)
+    m = M / 8
+    four = m / 10e9 + 6 * m / 1e9 + 2 * 10e-6 + 8 * m / 10e9
+    assert math.isclose(_step(_han_flat(nodes=4), AG, M, 0b11), four, rel_tol=1e-12)
+    # one member per host, or inside one host: coll/tuned, as without a library
+    for S in (0b10, 0b01):
+        assert _step(_han_flat(), AG, M, S) == _step(_han_flat(library=None), AG, M, S)
+
+
 def _tuned(nodes, rules=None, two_way=None):
     # node x core 2, no latency and no reduction compute: one 1 GB/s NIC per node shared by its two cores
     h = Hierarchy(levels=(Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=0.0,
@@ -412,7 +431,7 @@ def test_z3_minimises_the_coll_han_term_exactly():
                              Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
                              Level(name="core", count=2, bandwidth_GBps=10.0, latency_us=1.0)), library=OPEN_MPI)
     three = Placement(rack, (Axis(name="data", size=8),), ((2, 2, 2),))
-    cases = [(p, op, m) for p in (_han_flat(nodes=2), _han_flat(nodes=4)) for op in (AR, R, B)
+    cases = [(p, op, m) for p in (_han_flat(nodes=2), _han_flat(nodes=4)) for op in (AR, R, B, AG)
              for m in (16384.0, 65536.0, float(1 << 24))] + [(three, AR, float(1 << 24))]
     # six leaders, two per rack: libnbc's binomial broadcast, its rounds priced per leader order (binomial_rounds)
     six = Placement(_racks(3, 2, 0.25), (Axis(name="data", size=12),), ((3, 2, 2),))

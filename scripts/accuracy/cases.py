@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanBroadcast, Hierarchy, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, Hierarchy, ReduceScatterRun, TunedAllReduce
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program, Request
 from p2synth.runtime.calibration import library_of
@@ -109,8 +109,9 @@ def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     before calibration wrote it), the one its calibration's MPI string `mpi` names; under Open MPI without
     ``reduce_scatter`` (recorded before calibration wrote it, when the runtime called ``MPI_Reduce_scatter_block``),
     ``library``; without ``han_broadcast`` (recorded before calibration wrote it), ``one-copy``, the price of coll/han's
-    broadcast that the campaigns recorded then were judged under; and without ``tuned_all_reduce``, ``fastest``, the
-    price of coll/tuned's all_reduce they were judged under."""
+    broadcast that the campaigns recorded then were judged under; without ``tuned_all_reduce``, ``fastest``, and
+    without ``han_all_gather``, ``flat``: the prices of coll/tuned's all_reduce and coll/han's all_gather they were
+    judged under."""
     if h.library is None:
         h = h.model_copy(update={"library": library_of(mpi)})
     if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is None:
@@ -119,6 +120,8 @@ def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
         h = h.model_copy(update={"han_broadcast": HanBroadcast.ONE_COPY})
     if h.library is CollectiveLibrary.OPEN_MPI and h.tuned_all_reduce is None:
         h = h.model_copy(update={"tuned_all_reduce": TunedAllReduce.FASTEST})
+    if h.library is CollectiveLibrary.OPEN_MPI and h.han_all_gather is None:
+        h = h.model_copy(update={"han_all_gather": HanAllGather.FLAT})
     return h
 
 

@@ -224,6 +224,15 @@ FROZEN_4X3 = replace(
     collectives=("reduce_scatter", "all_gather"),
 )
 
+# The fifth frozen-model campaign (issue 32, item 4), after the simulator priced coll/han's all_gather as HAN runs it:
+# a shape no campaign measured (2 racks of 2 nodes of 3 ranks) with all_gather and broadcast, a set no campaign
+# measured together, under the frozen suite's rules and the fourth campaign's five axes sets.
+FROZEN_2X2X3 = replace(
+    FROZEN_4X3, name="frozen-2x2x3",
+    testbeds=(Testbed("2x2x3-1gbit-400mbit", nodes=4, ranks_per_node=3, inter_node="1gbit", racks=2, inter_rack="400mbit"),),
+    collectives=("all_gather", "broadcast"),
+)
+
 # The reduce_scatter combos of the default suite on its two 1 gbit/s testbeds, re-measured after the runtime began
 # running reduce_scatter steps as an exchange (issue 32, item 2: a pairwise exchange of the blocks, each added as it
 # arrives, not MPI_Reduce_scatter_block), under the frozen suite's rules: the model's commit and every prediction recorded before
@@ -235,7 +244,7 @@ EXCHANGE = replace(
 # The frozen suite's protocol on one small testbed and one combo: the end-to-end test of validation and freezing.
 FROZEN_TINY = replace(TINY, name="frozen-tiny", collectives=("reduce",), validate=True, frozen=True)
 
-SUITES = {"exchange": EXCHANGE, "frozen": FROZEN, "frozen-3x2x2": FROZEN_3X2X2, "frozen-6x2": FROZEN_6X2, "frozen-4x3": FROZEN_4X3, "frozen-tiny": FROZEN_TINY, "default": DEFAULT, "pipelined": PIPELINED, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
+SUITES = {"exchange": EXCHANGE, "frozen": FROZEN, "frozen-3x2x2": FROZEN_3X2X2, "frozen-6x2": FROZEN_6X2, "frozen-4x3": FROZEN_4X3, "frozen-2x2x3": FROZEN_2X2X3, "frozen-tiny": FROZEN_TINY, "default": DEFAULT, "pipelined": PIPELINED, "tiny": TINY, "smoke": SMOKE, "alltoall": ALLTOALL, "alltoall-tiny": ALLTOALL_TINY}
 
 
 def load_suite(name_or_path: str) -> Suite:
