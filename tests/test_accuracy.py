@@ -414,7 +414,8 @@ def test_plot(report, tmp_path):
 
 
 def test_cli_from_raw(tmp_path):
-    out, png, summary = tmp_path / "acc.json", tmp_path / "acc.png", tmp_path / "summary.json"
+    # into folders that do not exist yet (a new campaign's): created, not a traceback after hours of measuring
+    out, png, summary = tmp_path / "new" / "acc.json", tmp_path / "plots" / "acc.png", tmp_path / "sum" / "summary.json"
     try:
         import matplotlib  # noqa: F401
         plotting = ["--plot", str(png)]

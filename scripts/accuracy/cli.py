@@ -46,6 +46,9 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    for path in (args.out, args.raw, args.summary, args.plot, args.regret_plot):  # a new campaign's folder
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
     try:  # before measuring: a run of hours must not end without its report
         from scripts.accuracy.report import build_report
     except ModuleNotFoundError as e:
