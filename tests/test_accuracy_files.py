@@ -3,7 +3,8 @@
 The campaigns: the one the simulator's terms were built on (docs/accuracy/), and the frozen-model campaigns
 (docs/accuracy/frozen/; docs/accuracy/exchange/ for the runtime's reduce_scatter exchange; docs/accuracy/frozen-3x2x2/
 after coll/han's binomial broadcast; docs/accuracy/frozen-6x2/ after coll/tuned's all_reduce rules;
-docs/accuracy/frozen-4x3/ after the two-way probe in rounds), whose summaries must also show that the code at hand
+docs/accuracy/frozen-4x3/ after the two-way probe in rounds; docs/accuracy/frozen-2x2x3/ after coll/han's
+all_gather), whose summaries must also show that the code at hand
 predicts exactly what the frozen model predicted before the measurement.
 """
 
@@ -16,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2",
-           "docs/accuracy/frozen-4x3"]
+           "docs/accuracy/frozen-4x3", "docs/accuracy/frozen-2x2x3"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -36,6 +37,14 @@ def test_the_frozen_campaign_judges_the_model_it_froze():
     assert set(raw["suite"]["collectives"]).isdisjoint(built_on["suite"]["collectives"])
 
 
+def test_the_fifth_frozen_campaign_judges_coll_hans_all_gather_and_the_tuner_on_40_cases():
+    """docs/accuracy/frozen-2x2x3/: the model frozen at a commit that prices coll/han's all_gather as HAN runs it
+    (its calibrated hierarchy says so); the tuner judged on at least 40 re-measured cases."""
+    doc, raw = frozen_campaign("docs/accuracy/frozen-2x2x3")
+    assert all(tb["hierarchy"]["han_all_gather"] == "hierarchical" for tb in raw["testbeds"])
+    assert doc["tuner_oos_cases"] >= 40
+
+
 def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchange():
     """docs/accuracy/exchange/: the main campaign's reduce_scatter combos on its 1 Gbit/s testbeds, measured after the
     runtime began running reduce_scatter steps as an exchange, with the model frozen first."""
@@ -52,7 +61,8 @@ def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchang
 
 
 CAMPAIGNS = ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined",
-             "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2", "docs/accuracy/frozen-4x3")  # in order
+             "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2", "docs/accuracy/frozen-4x3",
+             "docs/accuracy/frozen-2x2x3")  # in order
 
 
 def frozen_campaign(folder: str, new_collectives: bool = True) -> tuple[dict, dict]:
@@ -124,6 +134,7 @@ def _table(*args):
     ("docs/accuracy/frozen-3x2x2/README.md", ["docs/accuracy/frozen-3x2x2/summary.json", "docs/accuracy/frozen/summary.json"]),
     ("docs/accuracy/frozen-6x2/README.md", ["docs/accuracy/frozen-6x2/summary.json"]),
     ("docs/accuracy/frozen-4x3/README.md", ["docs/accuracy/frozen-4x3/summary.json"]),
+    ("docs/accuracy/frozen-2x2x3/README.md", ["docs/accuracy/frozen-2x2x3/summary.json"]),
 ])
 def test_the_docs_show_the_summaries_figures(doc, summaries):
     """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
