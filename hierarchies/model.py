@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -64,7 +64,7 @@ class Level(BaseModel):
                                             description="fraction of the one-way rate each direction gets while both carry data")
 
 
-class CollectiveLibrary(str, Enum):
+class CollectiveLibrary(StrEnum):
     """The library that runs the collectives, whose own algorithm choices the simulator follows.
 
     ``open-mpi``: Open MPI's tuned component (blocking calls) and libnbc
@@ -80,11 +80,8 @@ class CollectiveLibrary(str, Enum):
     NCCL = "nccl"
     GLOO = "gloo"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ReduceScatterRun(str, Enum):
+class ReduceScatterRun(StrEnum):
     """How a reduce_scatter step runs under ``library: open-mpi`` (the runtime's numpy backend).
 
     ``exchange`` (what an omitted field means): the runtime's pairwise
@@ -98,11 +95,8 @@ class ReduceScatterRun(str, Enum):
     EXCHANGE = "exchange"
     LIBRARY = "library"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class HanBroadcast(str, Enum):
+class HanBroadcast(StrEnum):
     """How the simulator prices coll/han's inter-host broadcast stage under ``library: open-mpi``.
 
     ``binomial`` (what an omitted field means): libnbc's ibcast as Open MPI 5
@@ -117,11 +111,8 @@ class HanBroadcast(str, Enum):
     BINOMIAL = "binomial"
     ONE_COPY = "one-copy"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class HanAllGather(str, Enum):
+class HanAllGather(StrEnum):
     """How the simulator prices an all_gather step that Open MPI's coll/han runs (a group spanning hosts with several
     members on one) under ``library: open-mpi``.
 
@@ -136,11 +127,8 @@ class HanAllGather(str, Enum):
     HIERARCHICAL = "hierarchical"
     FLAT = "flat"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class TunedAllReduce(str, Enum):
+class TunedAllReduce(StrEnum):
     """How the simulator prices a blocking all_reduce that Open MPI's coll/tuned runs (a group that coll/han leaves
     alone: inside one host, or one member per host) under ``library: open-mpi``.
 
@@ -155,9 +143,6 @@ class TunedAllReduce(str, Enum):
 
     RULES = "rules"
     FASTEST = "fastest"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
