@@ -48,7 +48,9 @@ the emulated cluster call for (see ``docs/simulator.md``):
 * Open MPI's hierarchical component: under Open MPI a blocking all_reduce,
   reduce or broadcast whose group spans several hosts runs ``coll/han``
   (:func:`open_mpi_han`): 64 KiB segments pipelined through an intra-host
-  stage and an inter-host stage among one leader per host.
+  stage and an inter-host stage among one leader per host; an all_gather
+  there is a gather to the leader, the leaders' allgather and a broadcast
+  inside the host, one after the other.
 * gloo (``Hierarchy.library`` ``gloo``: PyTorch's CPU backend,
   ProcessGroupGloo): one algorithm per collective whatever the size
   (:func:`gloo_times`): rings in rank order for all_reduce, all_gather and
@@ -193,8 +195,8 @@ def rabenseifner(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     return ring * _of_size(alg, shape, core) + alg.ite(folds > 0.5, fold, 0.0)
 
 
-# Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce and MPI_Bcast on every
-# communicator with members on several hosts ("intra" algorithms, segment size 64 KiB by default): see open_mpi_han.
+# Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce, MPI_Bcast and MPI_Allgather
+# on every communicator with members on several hosts ("intra" algorithms, segment size 64 KiB by default): see open_mpi_han.
 HAN_SEGMENT_BYTES = 65536.0
 # libnbc's ibcast, which HAN's inter-host stage calls, is linear up to this many members (binomial above: Open MPI 5
 # skips the size-based chain by default, coll_libnbc_ibcast_skip_dt_decision).
@@ -291,7 +293,11 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     (``duplex_efficiency``). The time is the slower stage over the whole
     buffer, plus the faster one over one segment (fill and drain); the
     reduction compute (``gamma``, at the leaders and inside the hosts) joins
-    the intra-host stage. docs/simulator.md has the measurements.
+    the intra-host stage. An all_gather is not segmented: the gather of the
+    host's blocks into its leader, the leaders' allgather (``gathered_in``) and
+    the broadcast of the whole result inside the host add up (under
+    ``han_all_gather: flat`` the caller keeps the flat price). docs/simulator.md
+    has the measurements.
     """
     h = placement.hierarchy
     host = host_level(h)
