@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 
@@ -139,13 +139,16 @@ def pipelined_factor(collective: Collective, cells_out: int, cells: int) -> floa
 def latency_floor(h: Hierarchy, collective: Collective, levels: list[int]) -> float:
     """One latency of every level the request spans: each is spanned by some step, and both cost models charge a
     step at least one latency per level it spans (a send_recv: the least of them, see the module docstring). Under Open MPI the simulator's coll/han steps (all_reduce,
-    reduce, broadcast across hosts) charge none inside a host, so only the outermost level counts there."""
+    reduce, broadcast across hosts, and all_gather unless ``han_all_gather: flat``) charge none inside a host, so only
+    the outermost level counts there."""
     if not levels:
         return 0.0
     if collective is Collective.SEND_RECV:  # one step, each pair paying its own level's latency
         return min(h.links[l].latency for l in levels)
-    if h.library is CollectiveLibrary.OPEN_MPI and collective in (Collective.ALL_REDUCE, Collective.REDUCE,
-                                                                   Collective.BROADCAST):
+    han = {Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST}
+    if h.han_all_gather is not HanAllGather.FLAT:
+        han.add(Collective.ALL_GATHER)
+    if h.library is CollectiveLibrary.OPEN_MPI and collective in han:
         return h.links[min(levels)].latency
     return math.fsum(h.links[l].latency for l in levels)
 
