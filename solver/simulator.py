@@ -104,15 +104,22 @@ OPEN_MPI_LINEAR_REDUCE_SCATTER = ((4, 131072, math.inf), (8, 1048576, math.inf),
                                   (32, 524288, 2097152), (math.inf, 65536, 262144))
 
 
-def open_mpi_linear_reduce_scatter(alg: Algebra, k: Any, block: Any) -> Any:
-    """Whether Open MPI's fixed rules run a reduce_scatter over `k` members, `block` bytes each, as reduce + scatter."""
+def _fixed_rule(alg: Algebra, rows: Sequence[tuple[float, float, float]], k: Any, nbytes: Any) -> Any:
+    """Whether one of Open MPI's fixed decision rules holds for a group of `k` members and `nbytes` bytes: `rows` of
+    ``(below, lo, hi)``, each for group sizes from the previous row's `below` up to its own (the last for every
+    larger group), the rule holding when ``lo <= nbytes < hi``."""
     def within(lo: float, hi: float) -> Any:
-        return alg.ite(block < lo, 0.0, 1.0 if hi == math.inf else alg.ite(block < hi, 1.0, 0.0))
+        return alg.ite(nbytes < lo, 0.0, 1.0 if hi == math.inf else alg.ite(nbytes < hi, 1.0, 0.0))
 
-    flag = within(*OPEN_MPI_LINEAR_REDUCE_SCATTER[-1][1:])
-    for below, lo, hi in reversed(OPEN_MPI_LINEAR_REDUCE_SCATTER[:-1]):
+    flag = within(*rows[-1][1:])
+    for below, lo, hi in reversed(rows[:-1]):
         flag = alg.ite(k < below, within(lo, hi), flag)
     return flag > 0.5
+
+
+def open_mpi_linear_reduce_scatter(alg: Algebra, k: Any, block: Any) -> Any:
+    """Whether Open MPI's fixed rules run a reduce_scatter over `k` members, `block` bytes each, as reduce + scatter."""
+    return _fixed_rule(alg, OPEN_MPI_LINEAR_REDUCE_SCATTER, k, block)
 
 
 # libnbc's MPI_Iallreduce (Open MPI 5, ompi/mca/coll/libnbc/nbc_iallreduce.c, coll_libnbc_iallreduce_algorithm=0):
@@ -132,19 +139,13 @@ def libnbc_binomial_all_reduce(alg: Algebra, k: Any, m: Any) -> Any:
 # Rabenseifner ("rabenseifner": ompi_coll_base_allreduce_intra_redscat_allgather) for groups of fewer than `below`
 # members whose buffer has at least `least` bytes (each row from the previous row's `below`); recursive doubling, a
 # ring or a segmented ring below, priced as the faster of recursive doubling and a ring.
-OPEN_MPI_RABENSEIFNER_ALL_REDUCE = ((4, 262144), (16, 8192), (32, 4096), (64, 128), (256, 262144), (512, 4096),
-                                    (4096, 16384), (math.inf, 32768))
+OPEN_MPI_RABENSEIFNER_ALL_REDUCE = tuple((below, least, math.inf) for below, least in (
+    (4, 262144), (16, 8192), (32, 4096), (64, 128), (256, 262144), (512, 4096), (4096, 16384), (math.inf, 32768)))
 
 
 def open_mpi_rabenseifner_all_reduce(alg: Algebra, k: Any, m: Any) -> Any:
     """Whether Open MPI's fixed rules run a blocking all_reduce over `k` members of an `m`-byte buffer as Rabenseifner."""
-    def above(least: float) -> Any:
-        return alg.ite(m < least, 0.0, 1.0)
-
-    flag = above(OPEN_MPI_RABENSEIFNER_ALL_REDUCE[-1][1])
-    for below, least in reversed(OPEN_MPI_RABENSEIFNER_ALL_REDUCE[:-1]):
-        flag = alg.ite(k < below, above(least), flag)
-    return flag > 0.5
+    return _fixed_rule(alg, OPEN_MPI_RABENSEIFNER_ALL_REDUCE, k, m)
 
 
 def _group_sizes(factors: Sequence[int]) -> list[int]:
@@ -566,10 +567,10 @@ class Simulator:
             ar = _min(alg, exchange_rounds + round_gamma, ring_ar)
             r = _min(alg, rounds + round_gamma, scatter_based + part * gamma)
             b = _min(alg, rounds, scatter_based)
-        if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking and h.tuned_all_reduce is not TunedAllReduce.FASTEST:
-            ar = alg.ite(open_mpi_rabenseifner_all_reduce(alg, shape.k, m),
-                         rabenseifner(alg, self.placement, shape, S, Z, gamma, two_way, ring_ar), ar)
         if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking:
+            if h.tuned_all_reduce is not TunedAllReduce.FASTEST:  # coll/tuned's, where coll/han leaves the group
+                ar = alg.ite(open_mpi_rabenseifner_all_reduce(alg, shape.k, m),
+                             rabenseifner(alg, self.placement, shape, S, Z, gamma, two_way, ring_ar), ar)
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
             if han is not None:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)

@@ -104,6 +104,11 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
     return cases, hierarchies
 
 
+# Under Open MPI, each pricing field a hierarchy recorded before calibration wrote it reads as this price.
+OPEN_MPI_PRICES_BEFORE = {"reduce_scatter": ReduceScatterRun.LIBRARY, "han_broadcast": HanBroadcast.ONE_COPY,
+                          "tuned_all_reduce": TunedAllReduce.FASTEST, "han_all_gather": HanAllGather.FLAT}
+
+
 def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     """A recorded hierarchy as what ran its measurements, priced as when it was recorded: without a library (recorded
     before calibration wrote it), the one its calibration's MPI string `mpi` names; under Open MPI without
@@ -114,14 +119,8 @@ def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     judged under."""
     if h.library is None:
         h = h.model_copy(update={"library": library_of(mpi)})
-    if h.library is CollectiveLibrary.OPEN_MPI and h.reduce_scatter is None:
-        h = h.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
-    if h.library is CollectiveLibrary.OPEN_MPI and h.han_broadcast is None:
-        h = h.model_copy(update={"han_broadcast": HanBroadcast.ONE_COPY})
-    if h.library is CollectiveLibrary.OPEN_MPI and h.tuned_all_reduce is None:
-        h = h.model_copy(update={"tuned_all_reduce": TunedAllReduce.FASTEST})
-    if h.library is CollectiveLibrary.OPEN_MPI and h.han_all_gather is None:
-        h = h.model_copy(update={"han_all_gather": HanAllGather.FLAT})
+    if h.library is CollectiveLibrary.OPEN_MPI:
+        h = h.model_copy(update={field: old for field, old in OPEN_MPI_PRICES_BEFORE.items() if getattr(h, field) is None})
     return h
 
 
