@@ -48,16 +48,10 @@ def test_the_fifth_frozen_campaign_judges_coll_hans_all_gather_and_the_tuner_on_
 def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchange():
     """docs/accuracy/exchange/: the main campaign's reduce_scatter combos on its 1 Gbit/s testbeds, measured after the
     runtime began running reduce_scatter steps as an exchange, with the model frozen first."""
-    doc = json.loads((ROOT / "docs/accuracy/exchange/summary.json").read_text())
-    raw = json.loads((ROOT / "docs/accuracy/exchange/raw.json").read_text())
-    assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
-    assert doc["frozen_check"]["programs"] == sum(len(c["results"]) for tb in raw["testbeds"] for c in tb["combos"])
-    from datetime import datetime
-    assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
+    _, raw = frozen_record("docs/accuracy/exchange")
     assert raw["suite"]["collectives"] == ["reduce_scatter"]
     # the runs recorded the exchange; the main campaign's are read as the library's (scripts/accuracy/cases.as_measured)
     assert all(tb["hierarchy"]["reduce_scatter"] == "exchange" for tb in raw["testbeds"])
-    assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
 
 
 CAMPAIGNS = ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined",
@@ -65,11 +59,10 @@ CAMPAIGNS = ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", 
              "docs/accuracy/frozen-2x2x3")  # in order
 
 
-def frozen_campaign(folder: str, new_collectives: bool = True) -> tuple[dict, dict]:
-    """The summary and raw file of the frozen campaign in `folder`, after what every later frozen campaign must show:
-    the model frozen at a commit made before the first timed run, every prediction recomputed identically, every
-    output checked exact, a testbed shape that no earlier campaign measured and (`new_collectives`) a collective set
-    none measured together."""
+def frozen_record(folder: str) -> tuple[dict, dict]:
+    """The summary and raw file of the frozen campaign in `folder`, after what every frozen campaign must show: the
+    model frozen at a commit made before the first timed run, every prediction recomputed identically, every output
+    checked exact."""
     doc = json.loads((ROOT / folder / "summary.json").read_text())
     raw = json.loads((ROOT / folder / "raw.json").read_text())
     assert doc["model"]["commit"] == raw["model"]["commit"] and doc["frozen_check"]["identical"] is True
@@ -77,6 +70,13 @@ def frozen_campaign(folder: str, new_collectives: bool = True) -> tuple[dict, di
     from datetime import datetime
     assert datetime.fromisoformat(doc["model"]["commit_time"]) <= datetime.fromisoformat(raw["started"].replace("Z", "+00:00"))
     assert all(r["wrong"] == 0 for tb in raw["testbeds"] for c in tb["combos"] for r in c["results"])
+    return doc, raw
+
+
+def frozen_campaign(folder: str, new_collectives: bool = True) -> tuple[dict, dict]:
+    """:func:`frozen_record`, on a testbed shape that no earlier campaign measured and (`new_collectives`) a collective
+    set none measured together."""
+    doc, raw = frozen_record(folder)
     earlier, sets = set(), []
     for other in CAMPAIGNS[:CAMPAIGNS.index(folder)]:
         before = json.loads((ROOT / other / "raw.json").read_text())
