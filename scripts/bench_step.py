@@ -3,7 +3,13 @@
     sudo env PATH="$PATH" python -m scripts.bench_step --out step.raw.json --markdown step.md --summary step-summary.json
     python -m scripts.bench_step --from-raw docs/measurements/step/step.raw.json     # the tables again, no testbed
     # the third campaign (issue 32, item 3): 16 ranks, the model frozen first
-    sudo env PATH="$PATH" python -m scripts.bench_step --frozen --testbeds 2x2x4-1gbit-400mbit --out step16.raw.json
+    sudo env PATH="$PATH" python -m scripts.bench_step --frozen --testbeds 2x2x4-1gbit-400mbit --out step16.raw.json \
+        --jobs dp4-pp2-tp2,dp2-pp2-tp4,dp2-pp4-tp2
+    # the fourth: other jobs on another 16-rank testbed, the model frozen after the third campaign's change
+    sudo env PATH="$PATH" python -m scripts.bench_step --frozen --testbeds 2x4x2-1gbit-400mbit --out step16b.raw.json \
+        --jobs dp4-pp2-tp2-t128k,dp2-pp2-tp4-t128k,dp2-pp4-tp2-t128k
+    # post hoc: the recorded measurements against this checkout's predictions (each job planned again)
+    python -m scripts.bench_step --from-raw docs/measurements/step/step16.raw.json --repredict
 
 ``--frozen`` refuses to start unless the model's code is committed and records
 its commit (``model``); each job's plan, with every placement's prediction, is
@@ -11,7 +17,8 @@ written to the raw file (``planned_at``) before its first step runs
 (``started_at``). Each testbed runs the jobs of its rank count.
 
 Per testbed (``--testbeds``: by default 4 nodes x 2 ranks on 1 Gbit/s links and 2 racks x 2
-nodes x 2 ranks with 400 Mbit/s between racks; 2 racks x 2 nodes x 4 ranks for 16), on its own instance
+nodes x 2 ranks with 400 Mbit/s between racks; 2 racks x 2 nodes x 4 ranks, or 2 racks x 4 nodes x 2 ranks,
+for 16), on its own instance
 (``--instance``, default ``step``): bring it up and calibrate it
 (``scripts/calibrate.py``); then for every job of :data:`JOBS` (fixed here,
 before any measurement; those of the testbed's rank count) plan every placement
@@ -111,10 +118,25 @@ JOBS = {
             {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 2 * MiB, "count": 2},
         ],
     } for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
+    # The fourth campaign's (issue 32, item 3): the same axis sizes with another balance of work (tensor all-reduces
+    # of 128 KiB, pipeline sends of 1 MiB, gradient buckets of 4 MiB) on another 16-rank testbed (2 racks x 4 nodes
+    # x 2 ranks), measured with the model frozen after the change the third campaign led to (stages that share links).
+    **{f"dp{d}-pp{pp}-tp{t}-t128k": {
+        "axes": [{"name": "data", "size": d}, {"name": "pipeline", "size": pp}, {"name": "tensor", "size": t}],
+        "roles": {"data": "data", "pipeline": "pipeline", "tensor": "tensor"},
+        "workload": [
+            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": 128 * KiB, "count": 2 * PASSES},
+            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 1 * MiB, "count": PASSES},
+            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 4 * MiB, "count": 2},
+        ],
+    } for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
 }
 # The testbeds: bench_limit's two 8-rank ones (the default), and a 16-rank one for the third campaign.
-TESTBEDS = {**LIMIT_TESTBEDS, "2x2x4-1gbit-400mbit": Testbed("2x2x4-1gbit-400mbit", nodes=4, ranks_per_node=4, inter_node="1gbit",
-                                                             racks=2, inter_rack="400mbit")}
+TESTBEDS = {**LIMIT_TESTBEDS,
+            "2x2x4-1gbit-400mbit": Testbed("2x2x4-1gbit-400mbit", nodes=4, ranks_per_node=4, inter_node="1gbit",
+                                           racks=2, inter_rack="400mbit"),
+            "2x4x2-1gbit-400mbit": Testbed("2x4x2-1gbit-400mbit", nodes=8, ranks_per_node=2, inter_node="1gbit",
+                                           racks=2, inter_rack="400mbit")}
 DEFAULT_TESTBEDS = tuple(LIMIT_TESTBEDS)
 
 
@@ -138,6 +160,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--from-raw", type=Path, nargs="+", help="print the tables from these raw files, no testbed")
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     p.add_argument("--summary", type=Path, help="also write the per-testbed figures as JSON here")
+    p.add_argument("--repredict", action="store_true",
+                   help="with --from-raw: replace every prediction with this checkout's (each job planned again on its "
+                        "recorded calibrated hierarchy) and score those against the recorded measurements; post hoc")
     p.add_argument("--testbeds", type=_names(tuple(TESTBEDS), "testbed"), default=DEFAULT_TESTBEDS,
                    help=f"comma-separated, of {', '.join(TESTBEDS)} (default {', '.join(DEFAULT_TESTBEDS)})")
     p.add_argument("--jobs", type=_names(tuple(JOBS), "job"), default=tuple(JOBS),
@@ -152,6 +177,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if (args.out is None) == (args.from_raw is None):
         raise UsageError("give --out (to measure) or --from-raw (to print measured tables), not both")
+    if args.repredict and args.from_raw is None:
+        raise UsageError("--repredict needs --from-raw: it re-plans recorded jobs; drop it when measuring")
     if args.rounds < 3 or args.warmup < 0:
         raise UsageError("--rounds must be at least 3 and --warmup at least 0")
     for name in args.testbeds if args.out is not None else ():
@@ -175,6 +202,46 @@ def spec_for(h: Hierarchy, job: str) -> dict:
     j = JOBS[job]
     return {"hierarchy": h.model_dump(mode="json", exclude_none=True), "axes": j["axes"], "workload": j["workload"],
             "step": {**STEP, "roles": j["roles"]}, "cost_model": "simulator", "placements": "all"}
+
+
+def spec_of_plan(plan: dict) -> dict:
+    """The solver spec a recorded plan was made from: its hierarchy, axes, workload and step section, as
+    :func:`spec_for` writes them."""
+    drop_none = lambda d: {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+    return {"hierarchy": drop_none(plan["hierarchy"]), "axes": plan["axes"], "workload": plan["workload"],
+            "step": drop_none(plan["step"]), "cost_model": "simulator", "placements": "all"}
+
+
+def plan_job(spec: dict, workdir: Path) -> tuple[dict | None, str]:
+    """Plan `spec` with ``solver.run`` in a subprocess (files in `workdir`): the plan, or None and the error."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_path, plan_path = workdir / "spec.json", workdir / "plan.json"
+    write_json_atomic(spec, spec_path)
+    plan_path.unlink(missing_ok=True)
+    r = subprocess.run([sys.executable, "-m", "solver.run", str(spec_path), "--out", str(plan_path), "--quiet"],
+                       capture_output=True, text=True, timeout=900, check=False)
+    if r.returncode != 0:
+        return None, f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"
+    return json.loads(plan_path.read_text()), ""
+
+
+def repredicted(raw: dict, workdir: Path) -> dict:
+    """`raw` with every placement's prediction replaced by this checkout's: each job planned again from its recorded
+    plan's spec (:func:`spec_of_plan`: the testbed's calibrated hierarchy, the job, the step section). The measurements stay as recorded:
+    a post hoc look at a model change on data it may have been designed on, never a held-out figure."""
+    out = json.loads(json.dumps(raw))
+    for tb in out["testbeds"]:
+        for job in tb.get("jobs", []):
+            if "plan" not in job:
+                continue
+            plan, error = plan_job(spec_of_plan(job["plan"]), workdir)
+            if plan is None:
+                raise UsageError(f"--repredict: {tb['testbed']['name']} {job['job']}: {error}")
+            by_matrix = {json.dumps(p["matrix"]): p for p in plan["placements"]}
+            for p in job["placements"]:
+                new = by_matrix[json.dumps(p["matrix"])]
+                p["predicted"], p["sum_s"] = new["step"], new["total_s"]
+    return out
 
 
 def rows(raw: dict) -> list[dict]:
@@ -364,14 +431,11 @@ def measure_job(args: argparse.Namespace, tag: str, job: str, fitted: Hierarchy,
     (``error`` set if it could not be planned); `raw` is written to ``--out`` after every placement."""
     record: dict = {"job": job}
     entry["jobs"].append(record)
-    spec, plan_path = args.workdir / f"spec-{tag}.json", args.workdir / f"plan-{tag}.json"
-    write_json_atomic(spec_for(fitted, job), spec)
-    r = subprocess.run([sys.executable, "-m", "solver.run", str(spec), "--out", str(plan_path), "--quiet"],
-                       capture_output=True, text=True, timeout=900, check=False)
-    if r.returncode != 0:
-        record["error"] = f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"
+    plan, error = plan_job(spec_for(fitted, job), args.workdir / tag)
+    if plan is None:
+        record["error"] = error
         return
-    plan = json.loads(plan_path.read_text())
+    plan_path = args.workdir / tag / "plan.json"
     record.update(plan=plan, planned_at=now(), placements=[])
     write_json_atomic(raw, args.out)  # every placement's prediction on record before the first step runs
     for index in range(len(plan["placements"])):
@@ -404,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     if got is None:
         return 2
     args, raw = got
+    if args.repredict:
+        try:
+            raw = repredicted(raw, args.workdir)
+        except UsageError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     found = rows(raw)
     figures = summary(found)
     out = console()

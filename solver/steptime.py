@@ -8,9 +8,12 @@ Per placement, with ``p`` pipeline stages, ``t`` the tensor axis size and
   step section's per-layer time, divided by ``t``.
 * **layer communication** (requests over the tensor or expert axis): on the
   critical path, ``count / (2 m)`` occurrences in every forward and every
-  backward pass, each at its best program's predicted time on the machine of
-  one stage (:func:`stage_view`: the other stages run other passes, so their
-  groups do not share the links).
+  backward pass. The stages' passes run at once, so their groups share the
+  links they have in common: a pass that ``k`` stages' passes overlap
+  (itself included, :func:`concurrency`, read off the schedule priced
+  one stage at a time) pays each occurrence at its best program's time on
+  the machine of one stage (:func:`stage_view`) plus ``(k - 1) / (p - 1)`` of
+  the way to its time with every stage's groups at once (:func:`layer_seconds`).
 * **pipeline sends** (a ``send_recv`` over the pipeline axis): a pass on
   stage ``s`` waits for the previous stage's pass of the same microbatch plus
   one transfer (the ``send_recv``'s time one way, :func:`one_way`: a pipeline
@@ -72,13 +75,18 @@ class StepTime:
 
 @dataclass(frozen=True)
 class Occurrence:
-    """A request of the step as the model needs it: its part, bytes, count, best program and its predicted time."""
+    """A request of the step as the model needs it: its part, bytes, count, best program and its predicted time.
+
+    For a layer request `seconds` is its time on one stage's machine and
+    `shared_seconds` its time with every stage's groups at once (None: the same).
+    """
 
     part: Part
     message_bytes: int
     count: int
     program: Program
     seconds: float
+    shared_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,9 +97,14 @@ class PassTimes:
     end: float
 
 
+PassKey = tuple[int, Pass, int]  # (stage, pass, microbatch)
+
+
 def timeline(schedule: Schedule, stages: int, microbatches: int, forward_s: float, backward_s: float,
-             send_s: float) -> list[dict[tuple[Pass, int], PassTimes]]:
+             send_s: float, extra_s: dict[PassKey, float] | None = None) -> list[dict[tuple[Pass, int], PassTimes]]:
     """Per stage, when each of its passes runs: each stage runs :func:`stage_ops` in order, as soon as it can.
+
+    A pass takes `forward_s` or `backward_s`, plus ``extra_s[(stage, pass, microbatch)]`` where given.
 
     The forward pass of microbatch ``j`` on stage ``s > 0`` starts no earlier
     than the transfer of stage ``s - 1``'s output has arrived; a backward pass
@@ -119,7 +132,7 @@ def timeline(schedule: Schedule, stages: int, microbatches: int, forward_s: floa
                 ready = max(done[source][kind, j].end, channel.get((source, s), 0.0)) + send_s
                 channel[source, s] = ready
             start = max(free[s], ready)
-            free[s] = start + (forward_s if kind is Pass.FORWARD else backward_s)
+            free[s] = start + (forward_s if kind is Pass.FORWARD else backward_s) + (extra_s or {}).get((s, kind, j), 0.0)
             done[s][kind, j] = PassTimes(start, free[s])
             position[s] += 1
             remaining -= 1
@@ -145,29 +158,56 @@ def buckets_end(last: PassTimes, buckets: list[Occurrence], layer_share_s: float
     return max(end, last.start + layer_share_s + math.fsum(b.seconds for b in buckets))
 
 
+def concurrency(passes: list[dict[tuple[Pass, int], PassTimes]]) -> dict[PassKey, float]:
+    """Per pass of a :func:`timeline`, how many stages run a pass at once with it, on average over its duration:
+    1 (itself) plus, for every other stage, the share of the pass that stage's passes overlap."""
+    out = {}
+    for s, stage in enumerate(passes):
+        for (kind, j), t in stage.items():
+            length = t.end - t.start
+            overlap = math.fsum(max(0.0, min(t.end, u.end) - max(t.start, u.start))
+                                for r, other in enumerate(passes) if r != s for u in other.values())
+            out[s, kind, j] = 1.0 + (overlap / length if length > 0 else 0.0)
+    return out
+
+
+def layer_seconds(layer: list[Occurrence], stages: int, microbatches: int, k: float) -> float:
+    """The layer communication of one pass that `k` of the `stages` stages run at once (:func:`concurrency`).
+
+    Each occurrence costs its one-stage time plus ``(k - 1) / (stages - 1)`` of
+    the way to its time with every stage's groups at once: the links the
+    stages share carry ``k`` stages' traffic instead of one stage's.
+    """
+    share = (k - 1) / (stages - 1) if stages > 1 else 0.0
+    return math.fsum(o.count / (2 * microbatches) * (o.seconds + share * ((o.shared_seconds or o.seconds) - o.seconds))
+                     for o in layer)
+
+
 def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence]) -> StepTime:
     """The step-time model (module docstring) for `placement`, its requests given as `occurrences` in workload order."""
     stages, tensor = step.axis_size(Role.PIPELINE, placement.axes), step.axis_size(Role.TENSOR, placement.axes)
     m = step.microbatches
     forward, backward = step.pass_seconds(stages, tensor)
     by_part = {part: [o for o in occurrences if o.part is part] for part in Part}
-    layer = math.fsum(o.count / (2 * m) * o.seconds for o in by_part[Part.LAYER])
+    alone = layer_seconds(by_part[Part.LAYER], stages, m, 1.0)
     send = max((o.seconds for o in by_part[Part.PIPELINE]), default=0.0) if stages > 1 else 0.0
-    fwd, bwd = forward + layer, backward + layer
-    still = timeline(step.schedule, stages, m, fwd, bwd, 0.0)
-    moving = timeline(step.schedule, stages, m, fwd, bwd, send)
+    priced_alone = timeline(step.schedule, stages, m, forward + alone, backward + alone, 0.0)
+    layer = {key: layer_seconds(by_part[Part.LAYER], stages, m, k) for key, k in concurrency(priced_alone).items()}
+    still = timeline(step.schedule, stages, m, forward, backward, 0.0, layer)
+    moving = timeline(step.schedule, stages, m, forward, backward, send, layer)
     still_end, pipe_end = _end(still), _end(moving)
     buckets = [o for o in by_part[Part.GRADIENT] for _ in range(o.count)]
     grad_end = pipe_end
     if buckets:
         shared = any(_levels(o.program) & _levels(b.program) for o in by_part[Part.LAYER] for b in buckets)
-        grad_end = max(buckets_end(max(stage.values(), key=lambda t: t.end), buckets, layer if shared else 0.0)
-                       for stage in moving)
+        grad_end = max(buckets_end(stage[Pass.BACKWARD, m - 1], buckets, layer[s, Pass.BACKWARD, m - 1] if shared else 0.0)
+                       for s, stage in enumerate(moving))
         grad_end = max(grad_end, pipe_end)
     after = math.fsum(o.count * o.seconds for o in by_part[Part.AFTER])
     compute = m * (forward + backward)
-    return StepTime(step_s=grad_end + after, compute_s=compute, layer_comm_s=2 * m * layer,
-                    bubble_s=still_end - m * (fwd + bwd), pipeline_comm_s=pipe_end - still_end,
+    layer_comm = max(math.fsum(v for (s, _, _), v in layer.items() if s == stage) for stage in range(stages))
+    return StepTime(step_s=grad_end + after, compute_s=compute, layer_comm_s=layer_comm,
+                    bubble_s=still_end - compute - layer_comm, pipeline_comm_s=pipe_end - still_end,
                     gradient_exposed_s=grad_end - pipe_end, after_s=after)
 
 
@@ -208,8 +248,8 @@ def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostMod
     """The `requests` (planner results: ``named`` and ``solution``) of one placement as the model's occurrences.
 
     Each runs its proved-best program, priced (cost model `kind`) where it runs
-    in the step: a layer request inside one stage's pass, while the other
-    stages run other passes, so on :func:`stage_view`; a pipeline send one way,
+    in the step: a layer request inside one stage's pass, so on :func:`stage_view`,
+    and with every stage's groups at once as planned (``shared_seconds``); a pipeline send one way,
     from one stage to the next, so on :func:`one_way`; the others as planned
     (the gradient buckets of all stages at once: their last backward passes
     end one pass apart, and a bucket's reduction is not short beside a pass).
@@ -220,10 +260,11 @@ def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostMod
         named, best = r.named, r.solution.best
         part = request_part(step, placement.axes, named.request)
         program = best.program if best is not None else r.solution.default.program
-        seconds = r.best_s
+        seconds, shared = r.best_s, None
         if pipeline is not None and placement.axes[pipeline].size > 1 and part is Part.LAYER:
             seconds = program_cost(stage_view(placement, pipeline), named.request, program, named.message_bytes, kind)
+            shared = r.best_s
         elif part is Part.PIPELINE:
             seconds = program_cost(one_way(placement), named.request, program, named.message_bytes, kind)
-        out.append(Occurrence(part, named.message_bytes, named.count, program, seconds))
+        out.append(Occurrence(part, named.message_bytes, named.count, program, seconds, shared))
     return out

@@ -110,11 +110,39 @@ def test_from_raw_writes_the_summary(tmp_path):
     assert got["spearman_by_job"]["b"] is None
 
 
+def test_repredict_replaces_every_prediction_by_matrix_and_keeps_the_measurements(monkeypatch, tmp_path):
+    """--repredict re-plans each job from its recorded plan's spec and swaps in the new predictions placement by
+    placement (matched by matrix, whatever order the new plan ranks them in); the measurements stay as recorded."""
+    import scripts.bench_step as bench_step
+
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16.raw.json").read_text())
+    seen = []
+
+    def fake_plan(spec, workdir):
+        seen.append(spec)
+        job = next(j for tb in raw["testbeds"] for j in tb["jobs"] if j["plan"]["axes"] == spec["axes"])
+        placements = [{"matrix": p["matrix"], "step": {**p["predicted"], "step_s": 1.0 + i}, "total_s": 2.0 + i}
+                      for i, p in enumerate(reversed(job["placements"]))]
+        return {"placements": placements}, ""
+
+    monkeypatch.setattr(bench_step, "plan_job", fake_plan)
+    new = bench_step.repredicted(raw, tmp_path)
+    from p2synth.hierarchies.model import Hierarchy
+    fitted = Hierarchy.model_validate(raw["testbeds"][0]["hierarchy"])
+    assert len(seen) == 3 and all(Hierarchy.model_validate(s["hierarchy"]) == fitted and s["step"]["roles"] for s in seen)
+    for job, old in zip(new["testbeds"][0]["jobs"], raw["testbeds"][0]["jobs"]):
+        n = len(old["placements"])
+        assert [p["predicted"]["step_s"] for p in job["placements"]] == [1.0 + n - 1 - i for i in range(n)]
+        assert [p["measured"] for p in job["placements"]] == [p["measured"] for p in old["placements"]]
+    assert raw["testbeds"][0]["jobs"][0]["placements"][0]["predicted"]["step_s"] != 1.0 + 6  # the input is untouched
+
+
 @pytest.mark.parametrize("argv, line", [
     ([], "error: give --out (to measure) or --from-raw"),
     (["--from-raw", "/nonexistent.json"], "error: cannot read raw measurements /nonexistent.json"),
     (["--out", "/tmp/x.json", "--jobs", "dp2-pp2-tp4"], "error: --testbeds 4x2-1gbit has 8 ranks and no job of --jobs runs on 8"),
     (["--out", "x.json", "--rounds", "2"], "error: --rounds must be at least 3"),
+    (["--out", "x.json", "--repredict"], "error: --repredict needs --from-raw"),
 ])
 def test_bad_usage_is_one_line(argv, line):
     r = subprocess.run([sys.executable, "-m", "scripts.bench_step", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -122,23 +150,22 @@ def test_bad_usage_is_one_line(argv, line):
 
 
 def test_jobs_are_valid_step_specs():
+    """Every job plans on every testbed of its rank count; the 16-rank ones (third and fourth campaigns) rank at
+    least 6 placements each."""
     from p2synth.hierarchies.model import Hierarchy
     from p2synth.solver.spec import build_problem, parse_spec
-    from scripts.bench_step import spec_for
+    from scripts.bench_step import TESTBEDS, jobs_on, spec_for
 
-    from scripts.bench_step import TESTBEDS, job_ranks
-
-    h8 = Hierarchy.model_validate({"name": "t", "levels": [{"name": "node", "count": 4}, {"name": "core", "count": 2}]})
-    tb = TESTBEDS["2x2x4-1gbit-400mbit"]
-    h16 = Hierarchy.model_validate({"name": "t", "levels": [{"name": "rack", "count": tb.racks}, {"name": "node", "count": tb.nodes // tb.racks},
-                                                           {"name": "core", "count": tb.ranks_per_node}]})
-    for job in JOBS:
-        h = h16 if job_ranks(job) == 16 else h8
-        assert job_ranks(job) == h.num_devices
-        problem = build_problem(parse_spec(json.dumps(spec_for(h, job))))
-        assert problem.spec.step is not None and len(problem.matrices) >= 2
-        if job_ranks(job) == 16:  # the third campaign's jobs: a ranking of at least 6 placements each
-            assert len(problem.matrices) >= 6
+    planned = set()
+    for tb in TESTBEDS.values():
+        levels = ([{"name": "rack", "count": tb.racks}] if tb.racks > 1 else []) + [
+            {"name": "node", "count": tb.nodes // tb.racks}, {"name": "core", "count": tb.ranks_per_node}]
+        h = Hierarchy.model_validate({"name": "t", "levels": levels})
+        for job in jobs_on(tb, tuple(JOBS)):
+            problem = build_problem(parse_spec(json.dumps(spec_for(h, job))))
+            assert problem.spec.step is not None and len(problem.matrices) >= (6 if h.num_devices == 16 else 2)
+            planned.add(job)
+    assert planned == set(JOBS)
 
 
 def test_the_third_campaign_was_frozen_before_it_measured_jobs_of_at_least_6_placements():

@@ -14,7 +14,7 @@ from p2synth.hierarchies.placement import Cell
 from p2synth.hierarchies.step import Part, Pass, Schedule, StepSpec, stage_ops
 from p2synth.solver.planner import plan_placement
 from p2synth.solver.spec import SpecError, build_problem, parse_spec
-from p2synth.solver.steptime import Occurrence, PassTimes, buckets_end, timeline
+from p2synth.solver.steptime import Occurrence, PassTimes, buckets_end, concurrency, layer_seconds, step_time, timeline
 
 F, B = Pass.FORWARD, Pass.BACKWARD
 
@@ -113,6 +113,65 @@ def test_whole_step_by_hand():
     parts = (step.compute_s + step.layer_comm_s + step.bubble_s + step.pipeline_comm_s + step.gradient_exposed_s
              + step.after_s)
     assert parts == pytest.approx(step.step_s)
+
+
+def test_concurrency_is_read_off_the_schedule():
+    # the 2-stage schedule of test_two_stage_1f1b_by_hand: s0 F0 [0,1] F1 [1,2] B0 [4,6] B1 [7,9];
+    # s1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]
+    k = concurrency(timeline(Schedule.ONE_F_ONE_B, 2, 2, 1.0, 2.0, 0.0))
+    assert k == {(0, F, 0): 1.0, (0, F, 1): 2.0, (0, B, 0): 2.0, (0, B, 1): 1.0,
+                 (1, F, 0): 2.0, (1, B, 0): 1.0, (1, F, 1): 2.0, (1, B, 1): 1.5}
+
+
+def test_layer_seconds_go_from_one_stage_to_every_stage_with_concurrency():
+    layer = [Occurrence(Part.LAYER, 1, 8, Program(()), 1.0, 4.0), Occurrence(Part.LAYER, 1, 4, Program(()), 0.5)]
+    # 2 microbatches: 8 / 4 = 2 and 4 / 4 = 1 occurrences a pass; 4 stages: k = 1 -> one stage's prices,
+    # k = 4 -> every stage's, k = 2 -> a third of the way; the second has no shared price: 0.5 throughout
+    assert layer_seconds(layer, 4, 2, 1.0) == 2 * 1.0 + 0.5
+    assert layer_seconds(layer, 4, 2, 4.0) == 2 * 4.0 + 0.5
+    assert layer_seconds(layer, 4, 2, 2.0) == pytest.approx(2 * 2.0 + 0.5)
+    assert layer_seconds(layer, 1, 2, 1.0) == 2.5
+
+
+def test_stages_that_run_at_once_share_the_layer_links_by_hand():
+    """2 stages, 1F1B, 2 microbatches, F = 1 s and B = 2 s of compute, one layer request a pass at 1 s on one
+    stage's machine and 3 s with both stages' groups at once; no sends, no buckets."""
+    spec = {**SPEC, "workload": [SPEC["workload"][0] | {"count": 4}, SPEC["workload"][1]],
+            "step": {**SPEC["step"], "layers": 2, "compute": {"forward_ms": 2000, "backward_ms": 4000}}}
+    problem = build_problem(parse_spec(json.dumps(spec)))
+    placement = problem.placement(problem.matrices[0])
+    layer = Occurrence(Part.LAYER, 1 << 20, 4, Program(()), 1.0, 3.0)
+    # priced one stage at a time (F = 2, B = 3): s0 F0 [0,2] F1 [2,4] B0 [7,10] B1 [12,15];
+    # s1 F0 [2,4] B0 [4,7] F1 [7,9] B1 [9,12]. Stages at once: s0 1, 2, 2, 1; s1 2, 1, 2, 4/3 -> layer 1 + 2 (k - 1):
+    # s0 1, 3, 3, 1; s1 3, 1, 3, 5/3. Again: s0 F0 [0,2] F1 [2,6]; s1 F0 [2,6] B0 [6,9]; s0 B0 [9,14];
+    # s1 F1 [9,13] B1 [13,16 2/3]; s0 B1 [16 2/3, 19 2/3]
+    t = step_time(problem.spec.step, placement, [layer])
+    assert t.step_s == pytest.approx(19 + 2 / 3)
+    assert t.compute_s == pytest.approx(6.0)
+    assert t.layer_comm_s == pytest.approx(3 + 1 + 3 + 5 / 3)  # stage 1's, the larger
+    assert t.bubble_s == pytest.approx(19 + 2 / 3 - 6 - (8 + 2 / 3)) and t.pipeline_comm_s == 0.0
+    # without a shared price the passes keep their one-stage price: (m + p - 1)(F + B) = 3 x 5
+    alone = step_time(problem.spec.step, placement, [Occurrence(Part.LAYER, 1 << 20, 4, Program(()), 1.0)])
+    assert alone.step_s == pytest.approx(15.0) and alone.layer_comm_s == pytest.approx(4.0)
+
+
+def test_a_layer_request_over_a_level_the_stages_share_pays_for_it():
+    """tensor across nodes, pipeline inside them: both stages' tensor groups cross the same node uplink, so a layer
+    request costs more than on one stage's machine; tensor inside the node, pipeline across: nothing is shared."""
+    from p2synth.solver.steptime import occurrences_of
+    for matrix, shared in (([[2, 1], [1, 2], [2, 1]], True), ([[2, 1], [2, 1], [1, 2]], False)):
+        levels = [{**SPEC["hierarchy"]["levels"][0], "uplink_GBps": 0.1}, SPEC["hierarchy"]["levels"][1]]
+        spec = {**SPEC, "hierarchy": {**SPEC["hierarchy"], "levels": levels}, "cost_model": "simulator",
+                "placements": [matrix]}
+        problem = build_problem(parse_spec(json.dumps(spec)))
+        result = plan_placement(problem, problem.matrices[0], 4, 5, Deadline(None))
+        occ = occurrences_of(problem.spec.step, result.placement, result.requests, problem.spec.cost_model)
+        tp = occ[0]
+        assert tp.part is Part.LAYER and tp.shared_seconds == result.requests[0].best_s
+        assert (tp.shared_seconds > tp.seconds * 1.2) is shared and tp.shared_seconds >= tp.seconds
+        lone = step_time(problem.spec.step, result.placement, [o if o is not tp else Occurrence(
+            tp.part, tp.message_bytes, tp.count, tp.program, tp.seconds) for o in occ])
+        assert (result.step.step_s > lone.step_s) is shared
 
 
 def test_placements_ranked_by_step_time(tmp_path):
