@@ -168,10 +168,12 @@ def test_jobs_are_valid_step_specs():
     assert planned == set(JOBS)
 
 
-def test_the_third_campaign_was_frozen_before_it_measured_jobs_of_at_least_6_placements():
-    """docs/measurements/step/step16.raw.json: the model's commit recorded, each job planned (every prediction on
-    record) before its first placement ran, 16-rank jobs with at least 6 placements each, every element right."""
-    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16.raw.json").read_text())
+@pytest.mark.parametrize("name", ["step16.raw.json", "step16b.raw.json"])
+def test_the_16_rank_campaigns_were_frozen_before_they_measured_jobs_of_at_least_6_placements(name):
+    """docs/measurements/step/step16*.raw.json (the third and fourth campaigns): the model's commit recorded, each
+    job planned (every prediction on record) before its first placement ran, 16-rank jobs with at least 6 placements
+    each, every element right."""
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / name).read_text())
     assert raw["model"]["commit"] == raw["commit"] and raw["model"]["commit_time"] <= raw["started"].replace("Z", "+00:00")
     for tb in raw["testbeds"]:
         assert tb["testbed"]["nodes"] * tb["testbed"]["ranks_per_node"] == 16
@@ -179,6 +181,17 @@ def test_the_third_campaign_was_frozen_before_it_measured_jobs_of_at_least_6_pla
             assert len(job["placements"]) >= 6
             assert all(job["planned_at"] <= p["started_at"] for p in job["placements"])
             assert all(sum(p["wrong"].values()) == 0 for p in job["placements"])
+
+
+def test_the_fourth_campaign_judged_the_third_campaigns_change_on_new_jobs_and_a_new_testbed():
+    """The fourth campaign's model is the commit after the third's, and none of its jobs, nor its testbed, is one the
+    change was designed on."""
+    third, fourth = (json.loads((ROOT / "docs" / "measurements" / "step" / n).read_text())
+                     for n in ("step16.raw.json", "step16b.raw.json"))
+    jobs = lambda raw: {j["job"] for tb in raw["testbeds"] for j in tb["jobs"]}
+    testbeds = lambda raw: {tb["testbed"]["name"] for tb in raw["testbeds"]}
+    assert not jobs(third) & jobs(fourth) and not testbeds(third) & testbeds(fourth)
+    assert third["model"]["commit_time"] < fourth["model"]["commit_time"] < fourth["started"].replace("Z", "+00:00")
 
 
 def test_frozen_refuses_uncommitted_model_code_in_one_line(monkeypatch):
@@ -199,6 +212,7 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
     doc = (ROOT / "docs" / "measurements" / "step.md").read_text()
     for raw, summary_path in (("step.raw.json", ROOT / "docs" / "measurements" / "step-summary.json"),
                               ("step16.raw.json", ROOT / "docs" / "measurements" / "step16-summary.json"),
+                              ("step16b.raw.json", ROOT / "docs" / "measurements" / "step16b-summary.json"),
                               ("step-before.raw.json", None)):
         md, out = tmp_path / f"{raw}.md", tmp_path / f"{raw}.summary.json"
         r = subprocess.run([sys.executable, "-m", "scripts.bench_step", "--from-raw", f"docs/measurements/step/{raw}",
@@ -211,7 +225,8 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
         else:
             assert all(t in doc for t in tables[1:])
     figures = {**json.loads((ROOT / "docs" / "measurements" / "step-summary.json").read_text()),
-               **json.loads((ROOT / "docs" / "measurements" / "step16-summary.json").read_text())}
+               **json.loads((ROOT / "docs" / "measurements" / "step16-summary.json").read_text()),
+               **json.loads((ROOT / "docs" / "measurements" / "step16b-summary.json").read_text())}
     for name, f in figures.items():
         assert {"placements", "jobs", "median_rel_error", "spearman", "spearman_jobs", "spearman_by_job", "best_regret",
                 "best_regret_worst_job", "sum_model_regret", "spearman_pooled_across_jobs"} <= set(f)
