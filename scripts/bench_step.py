@@ -79,6 +79,21 @@ KiB, MiB = 1 << 10, 1 << 20
 MICROBATCHES = 4
 STEP = {"schedule": "1f1b", "microbatches": MICROBATCHES, "layers": 4, "compute": {"forward_ms": 8, "backward_ms": 16}}
 PASSES = 2 * MICROBATCHES
+
+
+def job_3d(data: int, pipeline: int, tensor: int, tensor_bytes: int, send_bytes: int, bucket_bytes: int) -> dict:
+    """A data x pipeline x tensor job: a tensor all-reduce twice a pass, a pipeline send a pass, two gradient buckets."""
+    return {
+        "axes": [{"name": "data", "size": data}, {"name": "pipeline", "size": pipeline}, {"name": "tensor", "size": tensor}],
+        "roles": {"data": "data", "pipeline": "pipeline", "tensor": "tensor"},
+        "workload": [
+            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": tensor_bytes, "count": 2 * PASSES},
+            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": send_bytes, "count": PASSES},
+            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": bucket_bytes, "count": 2},
+        ],
+    }
+
+
 # The jobs, fixed before measuring, on 8 ranks: a 3D-parallel one, a data x pipeline one (both in the first
 # campaign, docs/measurements/step.md), and a pipeline x tensor one added for the second, held-out campaign.
 JOBS = {
@@ -109,29 +124,15 @@ JOBS = {
     },
     # The third campaign's (issue 32, item 3): 16 ranks, three 3D-parallel jobs with 7 placements each on a 3-level
     # testbed, none of them a job any model change was tried on; measured with the model frozen first (--frozen).
-    **{f"dp{d}-pp{pp}-tp{t}": {
-        "axes": [{"name": "data", "size": d}, {"name": "pipeline", "size": pp}, {"name": "tensor", "size": t}],
-        "roles": {"data": "data", "pipeline": "pipeline", "tensor": "tensor"},
-        "workload": [
-            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": 256 * KiB, "count": 2 * PASSES},
-            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 512 * KiB, "count": PASSES},
-            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 2 * MiB, "count": 2},
-        ],
-    } for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
+    **{f"dp{d}-pp{pp}-tp{t}": job_3d(d, pp, t, tensor_bytes=256 * KiB, send_bytes=512 * KiB, bucket_bytes=2 * MiB)
+       for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
     # The fourth campaign's (issue 32, item 3): the same axis sizes with another balance of work (tensor all-reduces
     # of 128 KiB, pipeline sends of 1 MiB, gradient buckets of 4 MiB) on another 16-rank testbed (2 racks x 4 nodes
     # x 2 ranks), measured with the model frozen after the change the third campaign led to (stages that share links).
-    **{f"dp{d}-pp{pp}-tp{t}-t128k": {
-        "axes": [{"name": "data", "size": d}, {"name": "pipeline", "size": pp}, {"name": "tensor", "size": t}],
-        "roles": {"data": "data", "pipeline": "pipeline", "tensor": "tensor"},
-        "workload": [
-            {"name": "tp_allreduce", "axes": ["tensor"], "collective": "all_reduce", "message_bytes": 128 * KiB, "count": 2 * PASSES},
-            {"name": "pp_send", "axes": ["pipeline"], "collective": "send_recv", "message_bytes": 1 * MiB, "count": PASSES},
-            {"name": "grad_bucket", "axes": ["data"], "collective": "all_reduce", "message_bytes": 4 * MiB, "count": 2},
-        ],
-    } for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
+    **{f"dp{d}-pp{pp}-tp{t}-t128k": job_3d(d, pp, t, tensor_bytes=128 * KiB, send_bytes=1 * MiB, bucket_bytes=4 * MiB)
+       for d, pp, t in ((4, 2, 2), (2, 2, 4), (2, 4, 2))},
 }
-# The testbeds: bench_limit's two 8-rank ones (the default), and a 16-rank one for the third campaign.
+# The testbeds: bench_limit's two 8-rank ones (the default), and 16-rank ones for the third and fourth campaigns.
 TESTBEDS = {**LIMIT_TESTBEDS,
             "2x2x4-1gbit-400mbit": Testbed("2x2x4-1gbit-400mbit", nodes=4, ranks_per_node=4, inter_node="1gbit",
                                            racks=2, inter_rack="400mbit"),
