@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -273,3 +274,31 @@ def test_a_layer_request_is_priced_on_one_stage_and_a_send_one_way():
     two_way = program_cost(placed, send, program, 1 << 20, CostModelKind.SIMULATOR)
     assert program_cost(one_way(placed), send, program, 1 << 20, CostModelKind.SIMULATOR) < two_way
     assert [lv.duplex_efficiency for lv in one_way(placed).hierarchy.levels] == [None, None]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from(list(Schedule)), st.sampled_from([2, 4]), st.integers(1, 5), st.floats(1, 50), st.floats(1, 50),
+       st.floats(0, 0.5), st.floats(1, 4), st.floats(0, 0.2), st.integers(0, 3))
+def test_sharing_links_never_speeds_a_step_and_its_parts_still_add_up(schedule, stages, microbatches, fwd_ms, bwd_ms,
+                                                                      alone_s, factor, send_s, buckets):
+    """Across schedules, stage counts and prices: a step whose layer requests cost `factor` times more with every
+    stage at once is never faster than one whose don't, the parts add up and none is negative, and each stage's
+    layer communication lies between its one-stage and its every-stage price."""
+    m = microbatches
+    spec = {**SPEC, "axes": [{"name": "pp", "size": stages}, {"name": "tp", "size": 8 // stages}],
+            "workload": [{"name": "tp_ar", "axes": ["tp"], "collective": "all_reduce", "message_bytes": 1 << 20, "count": 2 * m},
+                         {"name": "pp_send", "axes": ["pp"], "collective": "send_recv", "message_bytes": 1 << 20, "count": 2 * m}],
+            "step": {"roles": {"pipeline": "pp", "tensor": "tp"}, "schedule": schedule.value, "microbatches": m,
+                     "layers": 4, "compute": {"forward_ms": fwd_ms, "backward_ms": bwd_ms}},
+            "placements": "all"}
+    problem = build_problem(parse_spec(json.dumps(spec)))
+    placement = problem.placement(problem.matrices[0])
+    rest = [Occurrence(Part.PIPELINE, 1, 2 * m, Program(()), send_s)] + [_bucket(100, 0.01)] * buckets
+    shared = step_time(problem.spec.step, placement, [Occurrence(Part.LAYER, 1, 2 * m, Program(()), alone_s, alone_s * factor)] + rest)
+    alone = step_time(problem.spec.step, placement, [Occurrence(Part.LAYER, 1, 2 * m, Program(()), alone_s)] + rest)
+    for t in (shared, alone):
+        parts = (t.compute_s, t.layer_comm_s, t.bubble_s, t.pipeline_comm_s, t.gradient_exposed_s, t.after_s)
+        assert min(parts) >= -1e-9 and math.fsum(parts) == pytest.approx(t.step_s)
+    assert shared.step_s >= alone.step_s - 1e-9
+    assert alone.layer_comm_s == pytest.approx(2 * m * alone_s)
+    assert 2 * m * alone_s - 1e-9 <= shared.layer_comm_s <= 2 * m * alone_s * factor + 1e-9
