@@ -39,6 +39,8 @@ The parts add up: ``step = compute + layer + bubble + pipeline + gradient + afte
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -161,14 +163,27 @@ def buckets_end(last: PassTimes, buckets: list[Occurrence], layer_share_s: float
 def concurrency(passes: list[dict[tuple[Pass, int], PassTimes]]) -> dict[PassKey, float]:
     """Per pass of a :func:`timeline`, how many stages run a pass at once with it, on average over its duration:
     1 (itself) plus, for every other stage, the share of the pass that stage's passes overlap."""
+    busy = [_busy_before(stage) for stage in passes]
     out = {}
     for s, stage in enumerate(passes):
         for (kind, j), t in stage.items():
             length = t.end - t.start
-            overlap = math.fsum(max(0.0, min(t.end, u.end) - max(t.start, u.start))
-                                for r, other in enumerate(passes) if r != s for u in other.values())
+            overlap = math.fsum(before(t.end) - before(t.start) for r, before in enumerate(busy) if r != s)
             out[s, kind, j] = 1.0 + (overlap / length if length > 0 else 0.0)
     return out
+
+
+def _busy_before(stage: dict[tuple[Pass, int], PassTimes]):
+    """For one stage of a timeline (passes one at a time), the function: time `x` -> how long the stage ran passes
+    before `x` (a binary search over its passes and their running total)."""
+    spans = sorted((t.start, t.end) for t in stage.values())
+    starts = [a for a, _ in spans]
+    total = [0.0, *itertools.accumulate(b - a for a, b in spans)]
+
+    def before(x: float) -> float:
+        i = bisect.bisect_right(starts, x)
+        return 0.0 if i == 0 else total[i - 1] + min(spans[i - 1][1], x) - spans[i - 1][0]
+    return before
 
 
 def layer_seconds(layer: list[Occurrence], stages: int, microbatches: int, k: float) -> float:

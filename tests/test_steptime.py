@@ -302,3 +302,18 @@ def test_sharing_links_never_speeds_a_step_and_its_parts_still_add_up(schedule, 
     assert shared.step_s >= alone.step_s - 1e-9
     assert alone.layer_comm_s == pytest.approx(2 * m * alone_s)
     assert 2 * m * alone_s - 1e-9 <= shared.layer_comm_s <= 2 * m * alone_s * factor + 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(list(Schedule)), st.integers(1, 6), st.integers(1, 8), st.floats(0.1, 5), st.floats(0.1, 5),
+       st.floats(0, 3), st.lists(st.floats(0, 4), min_size=96, max_size=96))
+def test_concurrency_equals_the_overlap_summed_pass_by_pass(schedule, stages, microbatches, fwd, bwd, send, extras):
+    """The binary-search concurrency equals the plain sum of every other pass's overlap, on uneven schedules."""
+    keys = [(s, kind, j) for s in range(stages) for kind in (F, B) for j in range(microbatches)]
+    passes = timeline(schedule, stages, microbatches, fwd, bwd, send, dict(zip(keys, extras)))
+    k = concurrency(passes)
+    for s, stage in enumerate(passes):
+        for (kind, j), t in stage.items():
+            overlap = sum(max(0.0, min(t.end, u.end) - max(t.start, u.start))
+                          for r, other in enumerate(passes) if r != s for u in other.values())
+            assert k[s, kind, j] == pytest.approx(1 + overlap / (t.end - t.start), abs=1e-9)
