@@ -206,41 +206,52 @@ def spec_for(h: Hierarchy, job: str) -> dict:
 
 
 def spec_of_plan(plan: dict) -> dict:
-    """The solver spec a recorded plan was made from: its hierarchy, axes, workload and step section, as
-    :func:`spec_for` writes them."""
-    drop_none = lambda d: {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+    """The solver spec a recorded plan was made from: its hierarchy, axes, workload, step section and cost model, every
+    placement (the recorded nulls left out)."""
+    def drop_none(x):
+        if isinstance(x, dict):
+            return {k: drop_none(v) for k, v in x.items() if v is not None}
+        return [drop_none(v) for v in x] if isinstance(x, list) else x
     return {"hierarchy": drop_none(plan["hierarchy"]), "axes": plan["axes"], "workload": plan["workload"],
-            "step": drop_none(plan["step"]), "cost_model": "simulator", "placements": "all"}
+            "step": drop_none(plan["step"]), "cost_model": plan["cost_model"], "placements": "all"}
 
 
 def plan_job(spec: dict, workdir: Path) -> tuple[dict | None, str]:
     """Plan `spec` with ``solver.run`` in a subprocess (files in `workdir`): the plan, or None and the error."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    spec_path, plan_path = workdir / "spec.json", workdir / "plan.json"
-    write_json_atomic(spec, spec_path)
-    plan_path.unlink(missing_ok=True)
-    r = subprocess.run([sys.executable, "-m", "solver.run", str(spec_path), "--out", str(plan_path), "--quiet"],
-                       capture_output=True, text=True, timeout=900, check=False)
-    if r.returncode != 0:
-        return None, f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"
-    return json.loads(plan_path.read_text()), ""
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        spec_path, plan_path = workdir / "spec.json", workdir / "plan.json"
+        write_json_atomic(spec, spec_path)
+        plan_path.unlink(missing_ok=True)
+        r = subprocess.run([sys.executable, "-m", "solver.run", str(spec_path), "--out", str(plan_path), "--quiet"],
+                           capture_output=True, text=True, timeout=900, check=False)
+        if r.returncode != 0:
+            return None, f"solver exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"
+        return json.loads(plan_path.read_text()), ""
+    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        return None, f"{type(e).__name__}: {' '.join(str(e).split())} (choose a writable --workdir)"
 
 
 def repredicted(raw: dict, workdir: Path) -> dict:
     """`raw` with every placement's prediction replaced by this checkout's: each job planned again from its recorded
-    plan's spec (:func:`spec_of_plan`: the testbed's calibrated hierarchy, the job, the step section). The measurements stay as recorded:
-    a post hoc look at a model change on data it may have been designed on, never a held-out figure."""
+    plan's spec (:func:`spec_of_plan`: the testbed's calibrated hierarchy, the job, the step section). The
+    measurements stay as recorded: a post hoc look at a model change on data it may have been designed on, never a
+    held-out figure. A job recorded without a plan (it failed to plan) is left as it is. UsageError when a job does
+    not plan again, or its new plan lacks a recorded placement."""
     out = json.loads(json.dumps(raw))
     for tb in out["testbeds"]:
         for job in tb.get("jobs", []):
             if "plan" not in job:
                 continue
+            where = f"--repredict: {tb['testbed']['name']} {job['job']}"
             plan, error = plan_job(spec_of_plan(job["plan"]), workdir)
             if plan is None:
-                raise UsageError(f"--repredict: {tb['testbed']['name']} {job['job']}: {error}")
+                raise UsageError(f"{where}: {error}")
             by_matrix = {json.dumps(p["matrix"]): p for p in plan["placements"]}
             for p in job["placements"]:
-                new = by_matrix[json.dumps(p["matrix"])]
+                new = by_matrix.get(json.dumps(p["matrix"]))
+                if new is None:
+                    raise UsageError(f"{where}: placement {p['description']} is not in the new plan")
                 p["predicted"], p["sum_s"] = new["step"], new["total_s"]
     return out
 

@@ -20,8 +20,10 @@ Per placement, with ``p`` pipeline stages, ``t`` the tensor axis size and
   send goes from one stage to the next), the transfers between two stages in
   one direction one at a time (:func:`timeline`, which runs the schedule of ``hierarchies/step.py``
   event by event).
-* **the bubble**: the idle time of the schedule without transfers,
-  ``(p - 1)`` forward-and-backward passes for 1F1B and GPipe alike.
+* **the bubble**: the idle time of the schedule without transfers, beside
+  the compute and layer communication of the stage whose passes pay most
+  (``layer_comm_s``): ``(p - 1)`` forward-and-backward passes for 1F1B and
+  GPipe alike when every pass has one price.
 * **gradient buckets** (requests over the data axis): each occurrence is a
   bucket, ready when the share of the stage's last backward pass done equals
   the share of the bucket bytes up to it; buckets are reduced one after the
@@ -194,8 +196,12 @@ def layer_seconds(layer: list[Occurrence], stages: int, microbatches: int, k: fl
     stages share carry ``k`` stages' traffic instead of one stage's.
     """
     share = (k - 1) / (stages - 1) if stages > 1 else 0.0
-    return math.fsum(o.count / (2 * microbatches) * (o.seconds + share * ((o.shared_seconds or o.seconds) - o.seconds))
-                     for o in layer)
+    return math.fsum(o.count / (2 * microbatches) * (o.seconds + share * (_shared(o) - o.seconds)) for o in layer)
+
+
+def _shared(o: Occurrence) -> float:
+    """An occurrence's time with every stage's groups at once (its one-stage time when it has none)."""
+    return o.seconds if o.shared_seconds is None else o.shared_seconds
 
 
 def step_time(step: StepSpec, placement: Placement, occurrences: list[Occurrence]) -> StepTime:
@@ -278,7 +284,7 @@ def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostMod
         seconds, shared = r.best_s, None
         if pipeline is not None and placement.axes[pipeline].size > 1 and part is Part.LAYER:
             seconds = program_cost(stage_view(placement, pipeline), named.request, program, named.message_bytes, kind)
-            shared = r.best_s
+            shared = program_cost(placement, named.request, program, named.message_bytes, kind)
         elif part is Part.PIPELINE:
             seconds = program_cost(one_way(placement), named.request, program, named.message_bytes, kind)
         out.append(Occurrence(part, named.message_bytes, named.count, program, seconds, shared))

@@ -111,30 +111,44 @@ def test_from_raw_writes_the_summary(tmp_path):
 
 
 def test_repredict_replaces_every_prediction_by_matrix_and_keeps_the_measurements(monkeypatch, tmp_path):
-    """--repredict re-plans each job from its recorded plan's spec and swaps in the new predictions placement by
-    placement (matched by matrix, whatever order the new plan ranks them in); the measurements stay as recorded."""
+    """--repredict re-plans each job from its recorded plan's spec (the job as bench_step defines it, on the recorded
+    calibrated hierarchy) and swaps in the new predictions placement by placement (matched by matrix, whatever order
+    the new plan ranks them in); the measurements stay as recorded, and a job recorded without a plan is left alone."""
     import scripts.bench_step as bench_step
+    from p2synth.hierarchies.model import Hierarchy
+    from p2synth.hierarchies.cli import UsageError
 
     raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16.raw.json").read_text())
+    raw["testbeds"][0]["jobs"].append({"job": "unplanned", "error": "solver exit 4"})
+    fitted = Hierarchy.model_validate(raw["testbeds"][0]["hierarchy"])
     seen = []
 
     def fake_plan(spec, workdir):
         seen.append(spec)
-        job = next(j for tb in raw["testbeds"] for j in tb["jobs"] if j["plan"]["axes"] == spec["axes"])
+        job = next(j for tb in raw["testbeds"] for j in tb["jobs"] if "plan" in j and j["plan"]["axes"] == spec["axes"])
         placements = [{"matrix": p["matrix"], "step": {**p["predicted"], "step_s": 1.0 + i}, "total_s": 2.0 + i}
                       for i, p in enumerate(reversed(job["placements"]))]
         return {"placements": placements}, ""
 
     monkeypatch.setattr(bench_step, "plan_job", fake_plan)
     new = bench_step.repredicted(raw, tmp_path)
-    from p2synth.hierarchies.model import Hierarchy
-    fitted = Hierarchy.model_validate(raw["testbeds"][0]["hierarchy"])
-    assert len(seen) == 3 and all(Hierarchy.model_validate(s["hierarchy"]) == fitted and s["step"]["roles"] for s in seen)
-    for job, old in zip(new["testbeds"][0]["jobs"], raw["testbeds"][0]["jobs"]):
+    assert len(seen) == 3
+    for spec, job in zip(seen, raw["testbeds"][0]["jobs"]):
+        assert Hierarchy.model_validate(spec["hierarchy"]) == fitted
+        expected = bench_step.spec_for(fitted, job["job"])
+        assert {k: spec[k] for k in ("axes", "workload", "cost_model", "placements")} == \
+               {k: expected[k] for k in ("axes", "workload", "cost_model", "placements")}
+        assert spec["step"] == expected["step"]
+    for job, old in zip(new["testbeds"][0]["jobs"][:3], raw["testbeds"][0]["jobs"]):
         n = len(old["placements"])
         assert [p["predicted"]["step_s"] for p in job["placements"]] == [1.0 + n - 1 - i for i in range(n)]
+        assert [p["sum_s"] for p in job["placements"]] == [2.0 + n - 1 - i for i in range(n)]
         assert [p["measured"] for p in job["placements"]] == [p["measured"] for p in old["placements"]]
-    assert raw["testbeds"][0]["jobs"][0]["placements"][0]["predicted"]["step_s"] != 1.0 + 6  # the input is untouched
+        assert [p["predicted"] for p in old["placements"]] != [p["predicted"] for p in job["placements"]]  # input untouched
+    assert new["testbeds"][0]["jobs"][3] == {"job": "unplanned", "error": "solver exit 4"}
+    monkeypatch.setattr(bench_step, "plan_job", lambda spec, workdir: ({"placements": []}, ""))
+    with pytest.raises(UsageError, match="^--repredict: 2x2x4-1gbit-400mbit dp4-pp2-tp2: placement .* is not in the new plan$"):
+        bench_step.repredicted(raw, tmp_path)
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -184,13 +198,16 @@ def test_the_16_rank_campaigns_were_frozen_before_they_measured_jobs_of_at_least
 
 
 def test_the_fourth_campaign_judged_the_third_campaigns_change_on_new_jobs_and_a_new_testbed():
-    """The fourth campaign's model is the commit after the third's, and none of its jobs, nor its testbed, is one the
-    change was designed on."""
+    """The fourth campaign froze the commit that added the shared-link term (4b9310e), after the third campaign, and
+    none of its jobs (their workloads, whatever their names), nor its testbed, is one the change was designed on."""
     third, fourth = (json.loads((ROOT / "docs" / "measurements" / "step" / n).read_text())
                      for n in ("step16.raw.json", "step16b.raw.json"))
-    jobs = lambda raw: {j["job"] for tb in raw["testbeds"] for j in tb["jobs"]}
+    workloads = lambda raw: {json.dumps([j["plan"]["axes"], j["plan"]["workload"]], sort_keys=True)
+                             for tb in raw["testbeds"] for j in tb["jobs"]}
     testbeds = lambda raw: {tb["testbed"]["name"] for tb in raw["testbeds"]}
-    assert not jobs(third) & jobs(fourth) and not testbeds(third) & testbeds(fourth)
+    assert len(workloads(fourth)) == 3 and not workloads(third) & workloads(fourth)
+    assert not testbeds(third) & testbeds(fourth)
+    assert fourth["model"]["commit"].startswith("4b9310e")
     assert third["model"]["commit_time"] < fourth["model"]["commit_time"] < fourth["started"].replace("Z", "+00:00")
 
 
