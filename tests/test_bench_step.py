@@ -211,6 +211,31 @@ def test_the_fourth_campaign_judged_the_third_campaigns_change_on_new_jobs_and_a
     assert third["model"]["commit_time"] < fourth["model"]["commit_time"] < fourth["started"].replace("Z", "+00:00")
 
 
+def test_the_unpipelined_check_is_what_step_md_says():
+    """docs/measurements/step/pieces1: the specs are the fourth campaign's jobs with every program unpipelined, each
+    run checked every element, and step.md's table of it is rebuilt from these files and the campaign's."""
+    campaign = json.loads((ROOT / "docs" / "measurements" / "step" / "step16b.raw.json").read_text())
+    plans = {j["job"]: j["plan"] for tb in campaign["testbeds"] for j in tb["jobs"]}
+    recorded = {(j["job"], p["description"]): p for tb in campaign["testbeds"] for j in tb["jobs"] for p in j["placements"]}
+    folder = ROOT / "docs" / "measurements" / "step" / "pieces1"
+    for path in folder.glob("*.spec.json"):
+        spec = json.loads(path.read_text())
+        assert spec["pipeline"] == [1] and spec["workload"] == plans[path.name.removesuffix(".spec.json")]["workload"]
+    lines = ["| job | placement | plan, 16 pieces: measured ms (campaign) | its defaults ms | plan, 1 piece: predicted ms "
+             "| measured ms [95%] | its defaults ms [95%] |", "|---|---|---|---|---|---|---|"]
+    ms = lambda x: f"{x * 1e3:.1f}"
+    ci = lambda v: f"{ms(v['step_s'])} [{ms(v['step_ci_s'][0])}, {ms(v['step_ci_s'][1])}]"
+    runs = sorted(folder.glob("*.step.json"))
+    assert len(runs) == 5
+    for path in runs:
+        job, d = path.name.rsplit("-", 1)[0], json.loads(path.read_text())
+        assert sum(d["wrong"].values()) == 0 and d["timing"]["rounds"] == 11
+        old = recorded[job, d["description"]]
+        lines.append(f"| {job} | {d['description']} | {ms(old['measured']['step_s'])} | {ms(old['default']['step_s'])} | "
+                     f"{ms(d['predicted']['step_s'])} | {ci(d['variants']['best'])} | {ci(d['variants']['default'])} |")
+    assert "\n".join(lines) in (ROOT / "docs" / "measurements" / "step.md").read_text()
+
+
 def test_frozen_refuses_uncommitted_model_code_in_one_line(monkeypatch):
     import scripts.accuracy.measure as measure
     from p2synth.hierarchies.cli import UsageError
