@@ -7,12 +7,14 @@ Calibration (``runtime.calibration``) times one pair while every other rank slee
 barrier. In a training step, or a collective, the other ranks are not asleep: they wait
 inside MPI for their own messages, and on a machine whose cores are shared by several
 ranks a waiting rank takes its share of a core. For each level of HIERARCHY (the
-machine the job runs on, one rank per device, rank order as the placement's), and each
-size of ``--sizes``, this times ``--rounds`` back-to-back ``Sendrecv`` exchanges
-between a rank and its partner in the next unit of the level (rank ``r`` and
-``r + d``, ``d`` the devices below one unit), three ways:
+machine the job runs on, one rank per device, rank order as the placement's; levels of
+more than one unit), and each size of ``--sizes``, this times ``--rounds`` back-to-back
+``Sendrecv`` exchanges between a rank and its partner in the next unit of the same
+parent (rank ``r`` and ``r + d``, ``d`` the devices below one unit), counted from an
+untimed empty exchange between the two, three ways:
 
-* ``idle``: one pair (ranks 0 and ``d``) while every other rank sleeps (calibration's case);
+* ``idle``: one pair (ranks 0 and ``d``) while every other rank sleeps (calibration's setting;
+  calibration itself takes the median of single round trips);
 * ``waiting``: the same pair while every other rank waits inside a blocking MPI call;
 * ``every_pair``: every rank of every even unit with its partner in the next, at once.
 
@@ -43,6 +45,7 @@ from scripts.provenance import checkout_state
 from scripts.tables import console, markdown, table
 
 TAG = 77
+MAX_BYTES = 1 << 20
 REGIMES = ("idle", "waiting", "every_pair")
 COLUMNS = ("level", "bytes", "pairs", "idle us", "waiting us", "every pair us", "waiting / idle", "every pair / idle")
 
@@ -67,6 +70,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError(f"--sizes {args.sizes!r}: give whole byte counts separated by commas, e.g. 8,8192") from None
     if min(args.sizes) < 1 or args.rounds < 1 or args.iters < 1 or args.warmup < 0:
         raise UsageError("--sizes, --rounds and --iters must be at least 1, --warmup at least 0")
+    if max(args.sizes) > MAX_BYTES:
+        raise UsageError(f"--sizes: at most {MAX_BYTES} bytes (a small exchange's cost is what this measures)")
+    for name, path in (("--out", args.out), ("--markdown", args.markdown)):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"{name} {path}: folder {path.parent} does not exist")
     return args
 
 
@@ -85,7 +93,9 @@ class Probe:
             time.sleep(0.0005)
 
     def _exchange(self, peer: int, size: int) -> float:
-        """`rounds` Sendrecv exchanges of `size` bytes with `peer`; the seconds they took."""
+        """`rounds` Sendrecv exchanges of `size` bytes with `peer`; the seconds they took, counted from an untimed
+        empty exchange, so that neither partner's time includes the other's wake-up from the barrier."""
+        self.comm.Sendrecv(self.out[:0], peer, TAG, self.back[:0], peer, TAG)
         t0 = time.perf_counter()
         for _ in range(self.rounds):
             self.comm.Sendrecv(self.out[:size], peer, TAG, self.back[:size], peer, TAG)
@@ -112,9 +122,12 @@ class Probe:
 
 def level_pairs(h: Hierarchy, level: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """One pair across `level` (ranks 0 and d), and every pair: each rank of an even unit with its partner in the
-    next unit (ranks r and r + d; d the devices below one unit of the level)."""
-    d = h.devices_below(level)
-    return [(0, d)], [(r, r + d) for r in range(h.num_devices) if (r // d) % 2 == 0 and r + d < h.num_devices]
+    next unit of the same parent (ranks r and r + d; d the devices below one unit of the level). A level of one
+    unit has no pairs (empty lists)."""
+    count, d = h.levels[level].count, h.devices_below(level)
+    if count < 2:
+        return [], []
+    return [(0, d)], [(r, r + d) for r in range(h.num_devices) if (r // d) % count % 2 == 0 and (r // d) % count + 1 < count]
 
 
 def measure(args: argparse.Namespace, comm) -> dict | None:
@@ -153,13 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     """Measure under MPI, or print a recorded file's table; 2 on bad usage (module docstring)."""
     try:
         args = parse_args(argv)
-        doc = json.loads(args.from_raw.read_text()) if args.from_raw is not None else None
-        if doc is not None:
+        doc = None
+        if args.from_raw is not None:
+            doc = json.loads(args.from_raw.read_text())
+            if not (isinstance(doc, dict) and isinstance(doc.get("rows"), list)):
+                raise UsageError(f"{args.from_raw}: not a probe_contention --out file (no list of rows)")
             cells(doc)
-    except (UsageError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+    except (UsageError, OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
-    if doc is None:
+    if args.from_raw is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         try:

@@ -25,6 +25,54 @@ def test_each_level_pairs_a_rank_with_its_partner_in_the_next_unit():
     assert probe_contention.level_pairs(h, 0) == ([(0, 2)], [(0, 2), (1, 3), (4, 6), (5, 7)])
     three = Hierarchy.model_validate({"name": "t", "levels": [{"name": "node", "count": 3}, {"name": "core", "count": 2}]})
     assert probe_contention.level_pairs(three, 0)[1] == [(0, 2), (1, 3)]  # the third unit has no partner
+    # 3 levels: pairs stay inside their rack, the odd node of each rack left out; a level of one unit has none
+    racks = Hierarchy.model_validate({"name": "t", "levels": [{"name": "rack", "count": 2}, {"name": "node", "count": 3},
+                                                             {"name": "core", "count": 2}]})
+    assert probe_contention.level_pairs(racks, 1) == ([(0, 2)], [(0, 2), (1, 3), (6, 8), (7, 9)])
+    assert probe_contention.level_pairs(racks, 0)[1] == [(r, r + 6) for r in range(6)]
+    single = Hierarchy.model_validate({"name": "t", "levels": [{"name": "rack", "count": 2}, {"name": "node", "count": 1},
+                                                              {"name": "core", "count": 2}]})
+    assert probe_contention.level_pairs(single, 1) == ([], [])
+
+
+class FakeComm:
+    """One rank's side of a communicator that logs its calls and never blocks (each rank is run on its own)."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size, self.calls = rank, size, []
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Ibarrier(self):
+        self.calls.append("sleep")
+        return type("Done", (), {"Test": lambda _self: True})()
+
+    def Barrier(self) -> None:
+        self.calls.append("barrier")
+
+    def Sendrecv(self, out, dest, sendtag, back, source, recvtag) -> None:
+        assert dest == source
+        self.calls.append(f"exchange {dest} {out.nbytes}")
+
+    def gather(self, value, root):
+        self.calls.append("gather")
+        return [value] * self.size if self.rank == root else None
+
+
+def test_in_each_regime_the_pairs_exchange_while_the_others_sleep_or_wait_inside_mpi():
+    """One iteration on 4 ranks, pair (0, 2): idle, the others sleep through it; waiting, they wait in a blocking
+    barrier; every pair, everyone exchanges. The pair's first exchange is the empty one that starts the clock."""
+    def calls(rank, pairs, others_sleep):
+        comm = FakeComm(rank, 4)
+        probe_contention.Probe(comm, rounds=2, iters=1, warmup=0, max_bytes=8).per_exchange(pairs, 8, others_sleep)
+        return comm.calls
+    pair = ["sleep", "exchange 2 0", "exchange 2 8", "exchange 2 8"]
+    assert calls(0, [(0, 2)], True) == pair + ["sleep", "gather"]
+    assert calls(1, [(0, 2)], True) == ["sleep", "sleep", "gather"]
+    assert calls(0, [(0, 2)], False) == pair + ["barrier", "gather"]
+    assert calls(1, [(0, 2)], False) == ["sleep", "barrier", "gather"]
+    assert calls(3, [(0, 2), (1, 3)], False) == ["sleep", "exchange 1 0", "exchange 1 8", "exchange 1 8", "barrier", "gather"]
 
 
 def test_a_real_4_rank_run_times_every_level_and_size_three_ways(tmp_path):
@@ -57,6 +105,11 @@ def test_the_recorded_table_is_rebuilt_from_its_raw_file(tmp_path):
     (["--from-raw", "/nonexistent.json"], "error: [Errno 2] No such file or directory"),
     (["h.json", "--sizes", "8,x"], "error: --sizes '8,x': give whole byte counts"),
     (["h.json", "--rounds", "0"], "error: --sizes, --rounds and --iters must be at least 1"),
+    (["h.json", "--sizes", str(1 << 30)], "error: --sizes: at most 1048576 bytes"),
+    (["h.json", "--out", "/nonexistent/p.json"], "error: --out /nonexistent/p.json: folder /nonexistent does not exist"),
+    (["--from-raw", "docs/measurements/contention/2x4x2-1gbit-400mbit.json", "--markdown", "/nonexistent/t.md"],
+     "error: --markdown /nonexistent/t.md: folder /nonexistent does not exist"),
+    (["--from-raw", "pyproject.toml"], "error: Expecting value"),
 ])
 def test_bad_usage_is_one_line(argv, line):
     r = subprocess.run([sys.executable, "-m", "scripts.probe_contention", *argv], cwd=ROOT, capture_output=True, text=True,
@@ -64,9 +117,18 @@ def test_bad_usage_is_one_line(argv, line):
     assert r.returncode == 2 and r.stderr.startswith(line) and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+def test_a_raw_file_without_rows_is_one_line(tmp_path):
+    for content in ("null", "[]", '{"rows": 3}'):
+        raw = tmp_path / "raw.json"
+        raw.write_text(content)
+        r = subprocess.run([sys.executable, "-m", "scripts.probe_contention", "--from-raw", str(raw)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr == f"error: {raw}: not a probe_contention --out file (no list of rows)\n"
+
+
 def test_a_rank_count_other_than_the_hierarchys_is_one_line_from_rank_0(tmp_path):
     h = tmp_path / "h.json"
     h.write_text(json.dumps(H8))
     job = run_mpi(2, ["-m", "scripts.probe_contention", str(h)])
-    assert job.returncode != 0
+    assert job.returncode == 2
     assert job.stderr.count("error: the hierarchy has 8 devices but the job has 2 ranks; run with -n 8") == 1
