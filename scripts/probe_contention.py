@@ -33,13 +33,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line, write_json_atomic
 from p2synth.hierarchies.model import Hierarchy
+from p2synth.runtime.calibration import Bench
 from scripts.campaign import now
 from scripts.provenance import checkout_state
 from scripts.tables import console, markdown, table
@@ -82,41 +82,39 @@ class Probe:
     """The three timings over one communicator; every rank calls every method in the same order."""
 
     def __init__(self, comm, rounds: int, iters: int, warmup: int, max_bytes: int) -> None:
-        """`comm`: an mpi4py communicator, one rank per device."""
-        self.comm, self.rounds, self.iters, self.warmup = comm, rounds, iters, warmup
+        """`comm`: an mpi4py communicator or a calibration :class:`BenchComm`, one rank per device. The measuring
+        calls and the sleeping barrier are calibration's (:class:`Bench`)."""
+        self.bench = Bench(comm, iters=iters, small_iters=iters, warmup=warmup)
+        self.comm, self.rounds = self.bench.comm, rounds
         self.out, self.back = np.zeros(max_bytes, dtype=np.uint8), np.zeros(max_bytes, dtype=np.uint8)
-
-    def _sleep_barrier(self) -> None:
-        """A barrier that sleeps while it waits (calibration's idle ranks)."""
-        req = self.comm.Ibarrier()
-        while not req.Test():
-            time.sleep(0.0005)
 
     def _exchange(self, peer: int, size: int) -> float:
         """`rounds` Sendrecv exchanges of `size` bytes with `peer`; the seconds they took, counted from an untimed
         empty exchange, so that neither partner's time includes the other's wake-up from the barrier."""
-        self.comm.Sendrecv(self.out[:0], peer, TAG, self.back[:0], peer, TAG)
-        t0 = time.perf_counter()
+        comm = self.comm
+        comm.sendrecv(comm.message(self.out[:0]), comm.message(self.back[:0]), peer, TAG)
+        out, back = comm.message(self.out[:size]), comm.message(self.back[:size])
+        t0 = comm.wtime()
         for _ in range(self.rounds):
-            self.comm.Sendrecv(self.out[:size], peer, TAG, self.back[:size], peer, TAG)
-        return time.perf_counter() - t0
+            comm.sendrecv(out, back, peer, TAG)
+        return comm.wtime() - t0
 
     def per_exchange(self, pairs: list[tuple[int, int]], size: int, others_sleep: bool) -> float | None:
         """Seconds per exchange when `pairs` exchange at once (the slowest rank's, median over the iterations); the
         other ranks sleep (`others_sleep`) or wait in a blocking barrier. Rank 0's figure; None elsewhere."""
-        rank = self.comm.Get_rank()
+        rank, bench = self.comm.rank(), self.bench
         peer = next((b if rank == a else a for a, b in pairs if rank in (a, b)), None)
         samples = []
-        for i in range(self.warmup + self.iters):
-            self._sleep_barrier()
+        for i in range(bench.warmup + bench.iters):
+            bench.idle_barrier()
             took = self._exchange(peer, size) if peer is not None else 0.0
             if others_sleep:
-                self._sleep_barrier()  # the other ranks sleep here while the pairs exchange
+                bench.idle_barrier()  # the other ranks sleep here while the pairs exchange
             else:
-                self.comm.Barrier()  # the other ranks wait here, inside MPI, while the pairs exchange
-            took_all = self.comm.gather(took, root=0)
-            if rank == 0 and i >= self.warmup:
-                samples.append(max(took_all) / self.rounds)
+                self.comm.barrier()  # the other ranks wait here, inside MPI, while the pairs exchange
+            slowest = self.comm.max_on(took, 0)
+            if rank == 0 and i >= bench.warmup:
+                samples.append(slowest / self.rounds)
         return statistics.median(samples) if rank == 0 else None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from p2synth.hierarchies.model import Hierarchy
+from p2synth.runtime.calibration import BenchComm
 from scripts import probe_contention
 from tests.runtime_support import run_mpi
 
@@ -35,29 +36,36 @@ def test_each_level_pairs_a_rank_with_its_partner_in_the_next_unit():
     assert probe_contention.level_pairs(single, 1) == ([], [])
 
 
-class FakeComm:
-    """One rank's side of a communicator that logs its calls and never blocks (each rank is run on its own)."""
+class FakeComm(BenchComm):
+    """One rank's side of a calibration communicator that logs its calls and never blocks (each rank is run on its
+    own)."""
 
     def __init__(self, rank: int, size: int) -> None:
-        self.rank, self.size, self.calls = rank, size, []
+        self._rank, self.size, self.calls = rank, size, []
 
-    def Get_rank(self) -> int:
-        return self.rank
+    def rank(self) -> int:
+        return self._rank
 
-    def Ibarrier(self):
+    def wtime(self) -> float:
+        return 0.0
+
+    def message(self, buf):
+        return buf
+
+    def ibarrier(self):
         self.calls.append("sleep")
         return type("Done", (), {"Test": lambda _self: True})()
 
-    def Barrier(self) -> None:
+    def barrier(self) -> None:
         self.calls.append("barrier")
 
-    def Sendrecv(self, out, dest, sendtag, back, source, recvtag) -> None:
-        assert dest == source
-        self.calls.append(f"exchange {dest} {out.nbytes}")
+    def sendrecv(self, out, back, peer: int, tag: int) -> None:
+        assert out.nbytes == back.nbytes
+        self.calls.append(f"exchange {peer} {out.nbytes}")
 
-    def gather(self, value, root):
-        self.calls.append("gather")
-        return [value] * self.size if self.rank == root else None
+    def max_on(self, value, root):
+        self.calls.append("max")
+        return value if self._rank == root else None
 
 
 def test_in_each_regime_the_pairs_exchange_while_the_others_sleep_or_wait_inside_mpi():
@@ -68,11 +76,11 @@ def test_in_each_regime_the_pairs_exchange_while_the_others_sleep_or_wait_inside
         probe_contention.Probe(comm, rounds=2, iters=1, warmup=0, max_bytes=8).per_exchange(pairs, 8, others_sleep)
         return comm.calls
     pair = ["sleep", "exchange 2 0", "exchange 2 8", "exchange 2 8"]
-    assert calls(0, [(0, 2)], True) == pair + ["sleep", "gather"]
-    assert calls(1, [(0, 2)], True) == ["sleep", "sleep", "gather"]
-    assert calls(0, [(0, 2)], False) == pair + ["barrier", "gather"]
-    assert calls(1, [(0, 2)], False) == ["sleep", "barrier", "gather"]
-    assert calls(3, [(0, 2), (1, 3)], False) == ["sleep", "exchange 1 0", "exchange 1 8", "exchange 1 8", "barrier", "gather"]
+    assert calls(0, [(0, 2)], True) == pair + ["sleep", "max"]
+    assert calls(1, [(0, 2)], True) == ["sleep", "sleep", "max"]
+    assert calls(0, [(0, 2)], False) == pair + ["barrier", "max"]
+    assert calls(1, [(0, 2)], False) == ["sleep", "barrier", "max"]
+    assert calls(3, [(0, 2), (1, 3)], False) == ["sleep", "exchange 1 0", "exchange 1 8", "exchange 1 8", "barrier", "max"]
 
 
 def test_a_real_4_rank_run_times_every_level_and_size_three_ways(tmp_path):
