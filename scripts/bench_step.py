@@ -70,6 +70,7 @@ from scipy.stats import spearmanr
 
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.step import StepSpec
 from scripts.accuracy.suite import Testbed
 from scripts.bench_limit import TESTBEDS as LIMIT_TESTBEDS, _names
 from scripts.campaign import campaign_input, now, testbed_session
@@ -207,13 +208,10 @@ def spec_for(h: Hierarchy, job: str) -> dict:
 
 def spec_of_plan(plan: dict) -> dict:
     """The solver spec a recorded plan was made from: its hierarchy, axes, workload, step section and cost model, every
-    placement (the recorded nulls left out)."""
-    def drop_none(x):
-        if isinstance(x, dict):
-            return {k: drop_none(v) for k, v in x.items() if v is not None}
-        return [drop_none(v) for v in x] if isinstance(x, list) else x
-    return {"hierarchy": drop_none(plan["hierarchy"]), "axes": plan["axes"], "workload": plan["workload"],
-            "step": drop_none(plan["step"]), "cost_model": plan["cost_model"], "placements": "all"}
+    placement; the hierarchy and the step section as their models write them (:func:`spec_for`'s form)."""
+    dump = lambda model, data: model.model_validate(data).model_dump(mode="json", exclude_none=True)
+    return {"hierarchy": dump(Hierarchy, plan["hierarchy"]), "axes": plan["axes"], "workload": plan["workload"],
+            "step": dump(StepSpec, plan["step"]), "cost_model": plan["cost_model"], "placements": "all"}
 
 
 def plan_job(spec: dict, workdir: Path) -> tuple[dict | None, str]:
