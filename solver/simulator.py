@@ -90,7 +90,7 @@ def _slowest_spanned(alg: Algebra, shape: StepShape, n_levels: int, time_at) -> 
     """The largest ``time_at(l)`` over the levels the step's slice spans (0 when it spans none)."""
     worst = 0.0
     for l in range(n_levels):
-        if any(lv == l for lv in shape.levels):
+        if l in shape.levels:
             worst = alg.ite(shape.spans[l], _max(alg, time_at(l), worst), worst)
     return worst
 
@@ -190,7 +190,7 @@ def rabenseifner(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
 
     fold = 0.0
     for l in range(len(h.levels)):  # the innermost spanned level, the last to apply
-        if any(lv == l for lv in shape.levels):
+        if l in shape.levels:
             fold = alg.ite(shape.spans[l], fold_at(l), fold)
     folds = _of_size(alg, shape, lambda k: 0.0 if k & (k - 1) == 0 else 1.0)
     return ring * _of_size(alg, shape, core) + alg.ite(folds > 0.5, fold, 0.0)
