@@ -18,16 +18,16 @@ def test_ddp_md_and_its_summary_are_rebuilt_from_the_raw_data(tmp_path):
 
     doc = (DOCS / "ddp.md").read_text()
     md, summary = tmp_path / "ddp.md", tmp_path / "summary.json"
-    raws = [str(DOCS / "ddp" / f"{case}.raw.json") for case in CASES]
+    raws = [str(DOCS / "ddp" / "gloo-rs" / f"{case}.raw.json") for case in CASES]
     assert bench_ddp.main(["--from-raw", *raws, "--markdown", str(md), "--summary", str(summary)]) == 0
     assert md.read_text().strip() in doc
     assert summary.read_text() == (DOCS / "ddp-summary.json").read_text()
     accuracy = tmp_path / "accuracy.md"
-    tuned = [str(DOCS / "ddp" / f"{case}.client-tuned.json") for case in CASES]
+    tuned = [str(DOCS / "ddp" / "gloo-rs" / f"{case}.client-tuned.json") for case in CASES]
     assert ddp_model_accuracy.main([*tuned, "--markdown", str(accuracy)]) == 0
     assert accuracy.read_text().strip() in doc
     flat = " ".join(doc.replace("\\\n", " ").split())
-    assert " ".join(f"docs/measurements/ddp/{case}.raw.json" for case in CASES) in flat
+    assert " ".join(f"docs/measurements/ddp/gloo-rs/{case}.raw.json" for case in CASES) in flat
 
 
 def test_the_committed_measurement_meets_what_ddp_md_says_of_it():
