@@ -71,8 +71,8 @@ class CollectiveLibrary(StrEnum):
     (non-blocking ones), as the runtime's numpy backend runs them; ``nccl``:
     NCCL's ring and tree schedules; ``gloo``: PyTorch's CPU backend
     (ProcessGroupGloo over TCP, loopback inside a node): rings in rank order,
-    a reduce_scatter that costs an all_reduce, a binomial broadcast, whatever
-    the size. A hierarchy without one gets the ideal schedules (the faster of
+    a binomial broadcast, whatever the size; a reduce_scatter as the exported
+    modules run it there (``ReduceScatterRun``). A hierarchy without one gets the ideal schedules (the faster of
     the latency- and bandwidth-optimal one per step).
     """
 
@@ -82,14 +82,18 @@ class CollectiveLibrary(StrEnum):
 
 
 class ReduceScatterRun(StrEnum):
-    """How a reduce_scatter step runs under ``library: open-mpi`` (the runtime's numpy backend).
+    """How a reduce_scatter step runs under ``library: open-mpi`` (the runtime's numpy backend) or ``library: gloo``
+    (the exported PyTorch module on gloo).
 
-    ``exchange`` (what an omitted field means): the runtime's pairwise
-    exchange of the group's blocks, each added as it arrives;
-    ``library``: ``MPI_Reduce_scatter_block``, Open MPI's own algorithm (a
-    reduce and a linear scatter for large blocks in small groups), as the
-    runtime ran it before the exchange: the measurements made then record it,
-    so that their predictions price what ran.
+    ``exchange`` (what an omitted field means): the group's blocks exchanged
+    and summed: under open-mpi the runtime's pairwise exchange, each block
+    added as it arrives; under gloo ``all_to_all_single`` and then the sum of
+    the blocks received. ``library``: the backend's own reduce_scatter, as the
+    runtime and the exports ran it before the exchange (the measurements made
+    then record it, so that their predictions price what ran): under open-mpi
+    ``MPI_Reduce_scatter_block`` (a reduce and a linear scatter for large
+    blocks in small groups), under gloo ``reduce_scatter_tensor`` (an
+    all_reduce of a clone of the whole input).
     """
 
     EXCHANGE = "exchange"
@@ -164,7 +168,7 @@ class Hierarchy(BaseModel):
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
-    reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi, how a reduce_scatter step runs: exchange (the runtime's pairwise exchange; the default) or library (MPI_Reduce_scatter_block, for measurements made before the runtime's exchange)")
+    reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi or gloo, how a reduce_scatter step runs: exchange (the blocks exchanged and summed: the runtime's pairwise exchange, or the exported module's all_to_all_single on gloo; the default) or library (MPI_Reduce_scatter_block, or gloo's reduce_scatter_tensor, an all_reduce of the whole input, for measurements made before the exchange)")
     han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
     han_all_gather: HanAllGather | None = Field(default=None, description="under open-mpi, how an all_gather that coll/han runs (a group spanning hosts with several members on one) is priced: hierarchical (a gather to each host's leader, an allgather among the leaders, a broadcast inside each host; the default) or flat (the flat group's recursive doubling, for hierarchies recorded before)")
     tuned_all_reduce: TunedAllReduce | None = Field(default=None, description="under open-mpi, how a blocking all_reduce that coll/tuned runs (inside one host, or one member per host) is priced: rules (Open MPI 5's fixed decision, Rabenseifner with its fold for groups that are not a power of two; the default) or fastest (the faster of recursive doubling and a ring, for hierarchies recorded before)")

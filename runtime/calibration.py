@@ -134,8 +134,10 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
         update["reduce_GBps"] = significant(reduce_GBps)
     if library is not None:
         update["library"] = library
-    if library is CollectiveLibrary.OPEN_MPI:  # said outright, so that a record of it tells what its runs ran
+    # said outright, so that a record of it tells what its runs ran
+    if library in (CollectiveLibrary.OPEN_MPI, CollectiveLibrary.GLOO):
         update["reduce_scatter"] = ReduceScatterRun.EXCHANGE
+    if library is CollectiveLibrary.OPEN_MPI:
         update["han_broadcast"] = HanBroadcast.BINOMIAL
         update["tuned_all_reduce"] = TunedAllReduce.RULES
         update["han_all_gather"] = HanAllGather.HIERARCHICAL

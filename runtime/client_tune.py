@@ -6,8 +6,9 @@ torch.distributed, in the job's own process groups, and write the pick into the 
     sudo python -m scripts.testbed run -- python -m runtime.client_tune PLAN --out TUNED
 
 ``runtime.tune`` times the programs with Open MPI; a DDP job runs them with gloo
-(CPU) or NCCL (GPU), which price the same steps differently (gloo's
-reduce_scatter costs an all-reduce, and its steps inside a node go through TCP).
+(CPU) or NCCL (GPU), which price the same steps differently (gloo's steps
+inside a node go through TCP, and its rings send each unit's share through one
+member).
 This tuner judges the programs by the backend that will run them. For every
 planned size of request ``--request`` (the sizes the hook chooses among) of
 placement ``--placement``, the candidates are **DDP's own all-reduce**

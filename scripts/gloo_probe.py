@@ -1,7 +1,7 @@
 """The gloo step probe: how long each of gloo's collectives takes on a ``nodes x ranks-per-node`` layout.
 
-Behind ``docs/measurements/ddp/gloo-steps-4x2-1gbit.txt`` (before issue 31, 64 MiB) and the
-``docs/measurements/ddp/gloo-steps-<case>.json`` runs that docs/measurements/ddp.md, "How well the gloo model
+Behind ``docs/measurements/ddp/gloo-rs/gloo-steps-4x2-1gbit.txt`` (before issue 31, 64 MiB) and the
+``docs/measurements/ddp/gloo-rs/gloo-steps-<case>.json`` runs that docs/measurements/ddp.md, "How well the gloo model
 predicts", cites. Every rank joins a gloo job (runtime/torch_dist.py ``init_process_group``), makes the node-level groups
 (one member per node: the ranks with the same local index) and the core-level groups (the ranks of one node) with
 ``dist.new_group``, then times, on float32 buffers of ``--size`` bytes per rank:
@@ -11,7 +11,11 @@ predicts", cites. Every rank joins a gloo job (runtime/torch_dist.py ``init_proc
 * all_gather over the node groups and then the core groups (back up to size);
 * all_reduce over the node groups (size / ranks-per-node);
 * the four RS(core) RS(node) AG(node) AG(core) steps in a row (the hierarchical program, unpipelined);
-* a copy of the whole buffer (``x.clone()``).
+* a copy of the whole buffer (``x.clone()``);
+* the two reduce_scatters and the four steps again, each reduce_scatter run as the exported module runs it on
+  gloo (solver/exports/to_torch.py, ``_reduce_scatter``): ``all_to_all_single`` of the blocks, then their sum. gloo's
+  own ``reduce_scatter_tensor`` clones its input and all-reduces all of it, so each member sends ``2 (k-1)/k`` of the
+  buffer where the exchange sends ``(k-1)/k``.
 
 Each call runs once untimed, then ``--repeats`` times, each between barriers; a repeat's time is the slowest rank's.
 Rank 0 prints the median of each in ms and writes ``--out`` (JSON: the commit and whether the checkout was dirty,
@@ -82,7 +86,7 @@ def _mib(nbytes: float) -> str:
 
 
 def calls(nodes: int, per_node: int, size: int) -> list[Call]:
-    """The probe's calls, in order, with their table labels (as in docs/measurements/ddp/gloo-steps-4x2-1gbit.txt)."""
+    """The probe's calls, in order, with their table labels (as in docs/measurements/ddp/gloo-rs/gloo-steps-4x2-1gbit.txt)."""
     core = "core pairs" if per_node == 2 else "core groups"
     node = "node groups"
     a, b, c = size, size // per_node, size // (per_node * nodes)
@@ -95,6 +99,9 @@ def calls(nodes: int, per_node: int, size: int) -> list[Call]:
         Call("all_reduce_node", f"all_reduce {node} {_mib(b)} MiB", "node"),
         Call("sequence", "RS(core) RS(node) AG(node) AG(core), sequential", "all"),
         Call("copy", f"copy {_mib(a)} MiB (x.clone())", "none"),
+        Call("exchange_core", f"all_to_all + sum {core} {_mib(a)}->{_mib(b)} MiB", "core"),
+        Call("exchange_node", f"all_to_all + sum {node} {_mib(b)}->{_mib(c)} MiB", "node"),
+        Call("sequence_exchange", "the four steps, RS as all_to_all + sum", "all"),
     ]
 
 
@@ -149,6 +156,13 @@ def probe(args: Any) -> int:
     quarter = torch.empty(n // (per_node * nodes), dtype=torch.float32)
     back = torch.empty(n // per_node, dtype=torch.float32)
     full = torch.empty(n, dtype=torch.float32)
+    blocks = torch.empty(n, dtype=torch.float32)
+
+    def exchange(out, inp, group, members):
+        """reduce_scatter as the exported module runs it on gloo: the blocks exchanged, then summed."""
+        dist.all_to_all_single(blocks[:inp.numel()], inp, group=group)
+        torch.sum(blocks[:inp.numel()].view(members, -1), dim=0, out=out)
+
     ops = {
         "all_reduce_world": lambda: dist.all_reduce(x),
         "reduce_scatter_core": lambda: dist.reduce_scatter_tensor(half, x, group=core_group),
@@ -161,6 +175,12 @@ def probe(args: Any) -> int:
                              dist.all_gather_into_tensor(back, quarter, group=node_group),
                              dist.all_gather_into_tensor(full, back, group=core_group)),
         "copy": lambda: x.clone(),
+        "exchange_core": lambda: exchange(half, x, core_group, per_node),
+        "exchange_node": lambda: exchange(quarter, half, node_group, nodes),
+        "sequence_exchange": lambda: (exchange(half, x, core_group, per_node),
+                                      exchange(quarter, half, node_group, nodes),
+                                      dist.all_gather_into_tensor(back, quarter, group=node_group),
+                                      dist.all_gather_into_tensor(full, back, group=core_group)),
     }
     slowest = torch.zeros(1, dtype=torch.float64)
     records = []

@@ -54,8 +54,11 @@ the emulated cluster call for (see ``docs/simulator.md``):
 * gloo (``Hierarchy.library`` ``gloo``: PyTorch's CPU backend,
   ProcessGroupGloo): one algorithm per collective whatever the size
   (:func:`gloo_times`): rings in rank order for all_reduce, all_gather and
-  reduce (one flow across each unit boundary per direction), reduce_scatter
-  as an all_reduce of the whole input, broadcast as a binomial tree.
+  reduce (one flow across each unit boundary per direction), broadcast as a
+  binomial tree. A reduce_scatter step is the exported module's exchange
+  (``all_to_all_single`` and a sum), priced as Open MPI's above;
+  ``reduce_scatter: library`` keeps gloo's own (an all_reduce of the whole
+  input), for the measurements made before the exports ran the exchange.
 
 Written against the same tiny algebra as AlphaBeta, so Z3 minimises exactly
 what the report prints. ``log2 k`` is the sum of ``log2`` of the slice's
@@ -427,12 +430,14 @@ def gloo_times(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence
       (gloo/allreduce.cc also has a shared-memory path, ``shm``, taken only
       when the group's size equals ``LOCAL_WORLD_SIZE``, set by torchrun;
       not modelled.)
-    * reduce_scatter: ``ProcessGroupGloo::reduce_scatter_tensor_coalesced``
+    * reduce_scatter (``reduce_scatter: library``; the exports run the
+      exchange instead, priced in :class:`Simulator`):
+      ``ProcessGroupGloo::reduce_scatter_tensor_coalesced``
       (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp; ``_reduce_scatter_base``
       calls it) clones the input, all-reduces the whole clone and copies the
       member's chunk out: the all_reduce's cost (the clone and the copy are
       memory copies the hierarchy has no rate for; on the testbed they are
-      the 924 vs 855 ms of docs/measurements/ddp/gloo-steps-4x2-1gbit.txt).
+      the 924 vs 855 ms of docs/measurements/ddp/gloo-rs/gloo-steps-4x2-1gbit.txt).
     * all_gather: gloo/allgather.cc, a ring in rank order (send to rank+1,
       receive from rank-1), each block in two halves, ``2 (k-1)`` half-block
       sends with two in flight: ``(k-1) m`` sent per member, ``k-1`` rounds.
@@ -576,11 +581,12 @@ class Simulator:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)
                 if h.han_all_gather is not HanAllGather.FLAT:
                     ag = han.where(alg, han.all_gather, ag)
-        if h.library is CollectiveLibrary.OPEN_MPI:
-            if h.reduce_scatter is ReduceScatterRun.LIBRARY:
-                rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
-            else:  # the runtime's pairwise exchange, priced as an all_to_all plus the sum
+        if h.library in (CollectiveLibrary.OPEN_MPI, CollectiveLibrary.GLOO):
+            if h.reduce_scatter is not ReduceScatterRun.LIBRARY:  # the blocks exchanged: an all_to_all plus the sum
                 rs = all_to_all_time(alg, self.placement, shape, S, Z, two_way) + part * gamma
+            elif h.library is CollectiveLibrary.OPEN_MPI:  # gloo's own is gloo_times' all_reduce
+                rs = self._open_mpi_reduce_scatter(alg, shape, S, Z, lat, part, rs, r, rounds + round_gamma)
+        if h.library is CollectiveLibrary.OPEN_MPI:
             if self.nonblocking:  # libnbc: the binomial reduce to rank 0 and binomial broadcast back, or Rabenseifner
                 ar = alg.ite(libnbc_binomial_all_reduce(alg, shape.k, m), rounds + round_gamma + rounds, ring_ar)
 

@@ -16,7 +16,10 @@ labels instead of values (a summing step checks that its members' labels
 agree and keeps them; a non-root keeps its own after a reduce), so an input
 labelled with each element's piece shows which pieces each call works on.
 With ``labels=False`` the values are summed, and a non-root's buffer after a
-reduce is poisoned, as torch leaves it undefined.
+reduce is poisoned, as torch leaves it undefined. ``torch.sum`` over dim 0
+combines its rows as a summing step does (labels or values), and
+``dist.get_backend`` answers the world's `backend` (default ``nccl``; the
+modules run some steps differently on ``gloo``).
 
 ``install(world)`` returns the modules ``torch``, ``torch.distributed``,
 ``torch.cuda`` and ``torch.distributed.device_mesh`` to put into
@@ -72,9 +75,10 @@ class _Meeting:
 class World:
     """Simulated ranks: runs one function per rank in threads and carries out their collectives."""
 
-    def __init__(self, size: int, labels: bool = False):
+    def __init__(self, size: int, labels: bool = False, backend: str = "nccl"):
         self.size = size
         self.labels = labels
+        self.backend = backend  # what dist.get_backend says of every group
         self.records: list[list[Launch | Wait]] = [[] for _ in range(size)]
         self._local = threading.local()
         self._cond = threading.Condition()
@@ -145,22 +149,22 @@ class World:
         if op == "send_recv":  # member i's input goes to member i + step
             return inputs[(index - call[-1]) % k]
         if op == "all_reduce":
-            return self._combine(inputs)
+            return self.combine(inputs)
         if op == "reduce":
             if index == 0:
-                return self._combine(inputs)
+                return self.combine(inputs)
             return inputs[index] if self.labels else np.full_like(inputs[index], POISON)
         if op == "broadcast":
             return inputs[0]
         if op == "reduce_scatter":
-            return self._combine(inputs).reshape(k, -1)[index]
+            return self.combine(inputs).reshape(k, -1)[index]
         if op == "all_gather":
             return np.concatenate(inputs)
         if op == "all_to_all":
             return np.concatenate([x.reshape(k, -1)[index] for x in inputs])
         raise ValueError(f"no collective {op}")
 
-    def _combine(self, inputs: list[np.ndarray]) -> np.ndarray:
+    def combine(self, inputs: list[np.ndarray]) -> np.ndarray:
         """The sum of the inputs, or with labels the common label (MIXED where they differ)."""
         if not self.labels:
             return np.sum(inputs, axis=0, dtype=inputs[0].dtype)
@@ -241,6 +245,17 @@ def _stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
 
 def _empty_like(t: Tensor) -> Tensor:
     return t.new_empty(t.shape)
+
+
+def _summing(world: World) -> Callable:
+    """torch.sum(t, dim=0, out=o) on `world`: the rows combined as a summing step combines its members' inputs."""
+
+    def total(t: Tensor, dim: int, out: Tensor) -> Tensor:
+        assert dim == 0 and t.dim() == 2, "the modules sum the rows of a [members, block] buffer"
+        out.a[...] = world.combine(list(t.a)).reshape(out.shape)
+        return out
+
+    return total
 
 
 # -- torch.distributed ------------------------------------------------------------------
@@ -354,8 +369,11 @@ def _distributed(world: World) -> types.ModuleType:
     def get_global_rank(group, group_rank):
         return group.ranks[group_rank]
 
+    def get_backend(group=None):
+        return world.backend
+
     dist.P2POp = P2POp
-    for fn in (isend, irecv, batch_isend_irecv, get_world_size, get_rank, get_global_rank):
+    for fn in (isend, irecv, batch_isend_irecv, get_world_size, get_rank, get_global_rank, get_backend):
         setattr(dist, fn.__name__, fn)
 
     def new_subgroups_by_enumeration(ranks_per_subgroup_list):
@@ -372,7 +390,7 @@ def _distributed(world: World) -> types.ModuleType:
 def install(world: World) -> dict[str, types.ModuleType]:
     """The stand-in modules by name (torch, torch.cuda, torch.distributed, torch.distributed.device_mesh)."""
     torch = types.ModuleType("torch")
-    torch.stack, torch.empty_like, torch.from_numpy = _stack, _empty_like, Tensor
+    torch.stack, torch.empty_like, torch.from_numpy, torch.sum = _stack, _empty_like, Tensor, _summing(world)
     torch.cuda = types.SimpleNamespace(is_available=lambda: False)
     torch.distributed = _distributed(world)
     device_mesh = types.ModuleType("torch.distributed.device_mesh")

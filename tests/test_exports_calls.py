@@ -76,19 +76,24 @@ def group_ranks(placement: Placement, cells, rank: int) -> tuple[int, ...]:
                  if all(v == mine[c] for c, v in placement.digits(r).items() if c not in cells))
 
 
-def expected_calls(placement: Placement, program: Program, rank: int, fmt: ExportFormat) -> list:
+def expected_calls(placement: Placement, program: Program, rank: int, fmt: ExportFormat, backend: str = "nccl") -> list:
     """The calls `rank` must make for `program`: the steps per piece in the runtime's wavefront order.
 
     PyTorch: a pipelined program's steps start asynchronously, and a piece waits for its step
-    before its next stage; JAX has no waits. Whole programs: blocking calls on piece 0.
+    before its next stage; JAX has no waits. Whole programs: blocking calls on piece 0, except
+    that a shift (one batch_isend_irecv) and, on gloo, a reduce_scatter (an all_to_all whose
+    blocks are then summed) start asynchronously and are waited for at once.
     """
     steps, pieces = program.steps, program.pipeline
     groups = [group_ranks(placement, step.slice, rank) for step in steps]
-    if pieces == 1 and fmt is ExportFormat.TORCH and steps and steps[0].op is Collective.SEND_RECV:
-        # a shift is one batch_isend_irecv, waited for at once
-        return [Launch("send_recv", groups[0], True, frozenset({0})), Wait(0)]
+    exchange = fmt is ExportFormat.TORCH and backend == "gloo"
+    ops = ["all_to_all" if exchange and s.op is Collective.REDUCE_SCATTER else s.op.value for s in steps]
     if pieces == 1:
-        return [Launch(s.op.value, g, False, frozenset({0})) for s, g in zip(steps, groups)]
+        calls = []
+        for i, (step, op, group) in enumerate(zip(steps, ops, groups)):
+            waited = fmt is ExportFormat.TORCH and (step.op is Collective.SEND_RECV or op != step.op.value)
+            calls += [Launch(op, group, waited, frozenset({0}))] + ([Wait(i)] if waited else [])
+        return calls
     is_async = fmt is ExportFormat.TORCH
     calls, launched = [], {}
     for piece, stage in wavefront(pieces, len(steps)):
@@ -96,7 +101,7 @@ def expected_calls(placement: Placement, program: Program, rank: int, fmt: Expor
             calls.append(Wait(launched[piece, stage - 1]))
         if stage < len(steps):
             launched[piece, stage] = len(launched)
-            calls.append(Launch(steps[stage].op.value, groups[stage], is_async, frozenset({piece})))
+            calls.append(Launch(ops[stage], groups[stage], is_async, frozenset({piece})))
     return calls
 
 
@@ -187,12 +192,13 @@ def fake_jax(world: World, shape: tuple[int, ...], names: tuple[str, ...]) -> di
     return {"jax": jax, "jax.numpy": np, "jax.lax": lax, "jax.sharding": sharding}
 
 
-def run_module(source: str, fmt: ExportFormat, placement: Placement, inputs: np.ndarray, labels: bool):
+def run_module(source: str, fmt: ExportFormat, placement: Placement, inputs: np.ndarray, labels: bool,
+               backend: str = "nccl"):
     """Run the module's only request function on every rank: (outputs by rank, calls by rank).
 
     Each rank imports its own copy of the module, as each process does (the module keeps its groups).
     """
-    world = World(placement.num_devices, labels)
+    world = World(placement.num_devices, labels, backend)
     if fmt is ExportFormat.TORCH:
         modules = [load(source, fake_torch.install(world)) for _ in range(world.size)]
 
@@ -211,15 +217,15 @@ def run_module(source: str, fmt: ExportFormat, placement: Placement, inputs: np.
 
 
 def check_calls(source: str, fmt: ExportFormat, placement: Placement, request: Request, program: Program,
-                seed: int = 0) -> None:
+                seed: int = 0, backend: str = "nccl") -> None:
     """Run `source` (the export of `program`) twice -- on values, then on piece labels -- and compare with the plan."""
     inputs = values(placement, request, program.pipeline, seed)
-    outputs, calls = run_module(source, fmt, placement, inputs, labels=False)
+    outputs, calls = run_module(source, fmt, placement, inputs, labels=False, backend=backend)
     g = len(group_ranks(placement, request.reduced_cells(placement), 0))
     labels = np.stack([piece_labels(request, inputs.shape[1:], program.pipeline, g)] * placement.num_devices)
-    _, labelled = run_module(source, fmt, placement, labels, labels=True)
+    _, labelled = run_module(source, fmt, placement, labels, labels=True, backend=backend)
     for rank in range(placement.num_devices):
-        want = expected_calls(placement, program, rank, fmt)
+        want = expected_calls(placement, program, rank, fmt, backend)
         assert [_without_pieces(c) for c in calls[rank]] == [_without_pieces(c) for c in want], f"rank {rank}"
         assert labelled[rank] == want, f"rank {rank}: the calls' pieces"
     for rank, value in expected(placement, request, inputs).items():
@@ -273,6 +279,24 @@ def test_every_program_exports_as_the_plans_calls(family: Family, fmt: ExportFor
             raise AssertionError(f"{text}: {e}") from None
         checked += 1
     assert checked or (fmt is ExportFormat.JAX and family.collective in (Collective.REDUCE, Collective.BROADCAST))
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.collective in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER)],
+                         ids=lambda f: f"{f.placement_id}/{f.collective.value}")
+def test_on_gloo_every_reduce_scatter_step_is_an_exchange_and_a_sum(family: Family) -> None:
+    """On gloo the PyTorch module runs each reduce_scatter step as all_to_all_single and a sum of the blocks received
+    (started asynchronously and waited for at once in a whole program): the same results, the pieces where the plan
+    puts them, and no reduce_scatter call left."""
+    placement, request = family.placement, family.request
+    exchanged = 0
+    for i, program in enumerate(programs(placement, request)):
+        source = EXPORTERS[ExportFormat.TORCH](placement, [ExportRequest("r", request, program, 1 << 20)])
+        try:
+            check_calls(source, ExportFormat.TORCH, placement, request, program, seed=i, backend="gloo")
+        except AssertionError as e:
+            raise AssertionError(f"{program.text(placement)}: {e}") from None
+        exchanged += any(s.op is Collective.REDUCE_SCATTER for s in program.steps)
+    assert exchanged
 
 
 def test_the_sample_keeps_every_program_of_the_two_cell_cases() -> None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies import abstract
-from p2synth.hierarchies.model import CollectiveLibrary
+from p2synth.hierarchies.model import CollectiveLibrary, ReduceScatterRun
 from p2synth.solver.cost import step_seconds
 from p2synth.solver.simulator import Simulator
 from tests import test_bound
@@ -73,18 +73,42 @@ def test_the_ring_crossing_both_ways_pays_the_duplex_efficiency():
     assert math.isclose(slow, 6 * 10e-6 + 3.0 * M / 1e9 + 0.75 * M * GAMMA + OVERHEAD, rel_tol=1e-12)
 
 
-def test_reduce_scatter_costs_the_all_reduce_of_its_whole_input():
-    """ProcessGroupGloo's reduce_scatter all-reduces the whole input and keeps its block: the all_reduce's time, on
-    every slice, scattered or not, blocking or not (gloo runs async calls alike)."""
-    p = _two_level()
+def _library_rs(p: Placement) -> Placement:
+    """`p` with gloo's own reduce_scatter (``reduce_scatter: library``), as the exports ran it before the exchange."""
+    h = p.hierarchy.model_copy(update={"reduce_scatter": ReduceScatterRun.LIBRARY})
+    return Placement(h, p.axes, p.matrix)
+
+
+def test_gloos_own_reduce_scatter_costs_the_all_reduce_of_its_whole_input():
+    """``reduce_scatter: library``: ProcessGroupGloo's reduce_scatter all-reduces the whole input and keeps its block:
+    the all_reduce's time, on every slice, scattered or not, blocking or not (gloo runs async calls alike)."""
+    p = _library_rs(_two_level())
     for S in (0b01, 0b10, 0b11):
         for Y in (0, 0b01, 0b10):
             if S & Y:
                 continue
             for nonblocking in (False, True):
                 assert _step(p, AR, RS, S, Y, nonblocking=nonblocking) == _step(p, AR, AR, S, Y, nonblocking=nonblocking)
-    # the measured 924 vs 855 ms (docs/measurements/ddp/gloo-steps-4x2-1gbit.txt): twice the bytes of an ideal reduce_scatter (the summing is the same)
+    # the measured 924 vs 855 ms (docs/measurements/ddp/gloo-rs/gloo-steps-4x2-1gbit.txt): twice the bytes of an ideal reduce_scatter (the summing is the same)
     assert _step(p, AR, RS, 0b11) > 1.6 * _step(_two_level(None), AR, RS, 0b11, hierarchy_aware=True)
+
+
+def test_the_exported_reduce_scatter_is_an_exchange_and_a_sum():
+    """What the exported module runs on gloo (all_to_all_single, then the sum; an omitted field means it): node 2 x
+    core 2, over all four. Each member sends m/4 to each of 3 peers: the node's two members send m/2 each to the other
+    node through its shared 1 GB/s uplink (m), m/4 to the other core at 10 GB/s; one latency per peer (2 x 10 us +
+    1 us); 3/4 m summed. Each member sends half the all_reduce's bytes, the node's uplink carries m against the ring's
+    1.5 m; the same price as the Open MPI runtime's exchange."""
+    p = _two_level()
+    expected = 21e-6 + M / 1e9 + 0.75 * M * GAMMA + OVERHEAD
+    assert math.isclose(_step(p, AR, RS, 0b11), expected, rel_tol=1e-12)
+    assert _step(p, AR, RS, 0b11) < 0.75 * _step(p, AR, AR, 0b11)
+    explicit = Placement(p.hierarchy.model_copy(update={"reduce_scatter": ReduceScatterRun.EXCHANGE}), p.axes, p.matrix)
+    for S in (0b01, 0b10, 0b11):
+        for nonblocking in (False, True):
+            ours = _step(p, AR, RS, S, nonblocking=nonblocking)
+            assert ours == _step(explicit, AR, RS, S, nonblocking=nonblocking)
+            assert ours == _step(_two_level(CollectiveLibrary.OPEN_MPI), AR, RS, S, nonblocking=nonblocking)
 
 
 def test_all_gather_is_a_ring():
@@ -154,9 +178,11 @@ def _program(steps) -> str:
 
 
 def test_the_solver_ranks_programs_for_gloo_end_to_end(tmp_path):
-    """``python -m solver.run`` on a 4x2 spec that says ``"library": "gloo"``: it proves its pick, the pick never
-    runs a reduce_scatter over the node level (gloo's costs an all_reduce there), and a program that does (the
-    flat RS -> AG) ranks below a hierarchical one and below the default ring."""
+    """``python -m solver.run`` on a 4x2 spec that says ``"library": "gloo"``, proved. With gloo's own reduce_scatter
+    (``reduce_scatter: library``, an all_reduce of the whole input) the pick never runs one over the node level, and
+    the flat RS -> AG ranks below a hierarchical program and below the default ring. With the exports' exchange (the
+    default) the pick does run one there (RS(core) -> RS(node) -> AG(node) -> AG(core)), faster than the library's
+    pick, and the flat RS -> AG beats the default ring."""
     def solve(spec: dict, name: str) -> dict:
         (tmp_path / f"{name}.json").write_text(json.dumps(spec))
         run = subprocess.run([sys.executable, "-m", "solver.run", str(tmp_path / f"{name}.json"), "--top", "all",
@@ -164,14 +190,22 @@ def test_the_solver_ranks_programs_for_gloo_end_to_end(tmp_path):
                              cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         [placement] = json.loads((tmp_path / f"{name}.out.json").read_text())["placements"]
+        assert placement["optimal"]
         return placement
 
-    gloo = solve(SPEC, "gloo")
-    assert gloo["optimal"]
-    costs = {_program(p["steps"]): p["cost_s"] for p in gloo["programs"]}  # each program once, at its best pieces
-    best = gloo["programs"][0]
-    assert all(not (s["op"] == "reduce_scatter" and any(lv == "node" for _, lv in s["slice"])) for s in best["steps"])
-    assert len(best["steps"]) > 1 and best["cost_s"] < gloo["default"]["cost_s"]
-    flat = costs["reduce_scatter(node,core) -> all_gather(node,core)"]
+    def node_rs(program: dict) -> bool:
+        return any(s["op"] == "reduce_scatter" and any(lv == "node" for _, lv in s["slice"]) for s in program["steps"])
+
+    flat_name = "reduce_scatter(node,core) -> all_gather(node,core)"
+    library = solve({**SPEC, "hierarchy": {**SPEC["hierarchy"], "reduce_scatter": "library"}}, "library")
+    costs = {_program(p["steps"]): p["cost_s"] for p in library["programs"]}  # each program once, at its best pieces
+    best = library["programs"][0]
+    assert not node_rs(best) and len(best["steps"]) > 1 and best["cost_s"] < library["default"]["cost_s"]
     hierarchical = costs["reduce_scatter(core) -> all_reduce(node) -> all_gather(core)"]
-    assert hierarchical < gloo["default"]["cost_s"] < flat
+    assert hierarchical < library["default"]["cost_s"] < costs[flat_name]
+    exchange = solve(SPEC, "exchange")
+    costs = {_program(p["steps"]): p["cost_s"] for p in exchange["programs"]}
+    best = exchange["programs"][0]
+    assert _program(best["steps"]) == "reduce_scatter(core) -> reduce_scatter(node) -> all_gather(node) -> all_gather(core)"
+    assert best["cost_s"] < library["programs"][0]["cost_s"] and costs[flat_name] < exchange["default"]["cost_s"]
+    assert exchange["default"]["cost_s"] == library["default"]["cost_s"]  # DDP's all_reduce: gloo's ring either way

@@ -16,7 +16,7 @@ import pytest
 
 from tests.runtime_support import testbed_skip_reason
 
-from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy, ReduceScatterRun
 from p2synth.runtime.calibration import library_of
 from scripts.calibrate import LARGE, fit_alpha_beta, fitted_hierarchy, message_sizes
 from scripts.testbed.config import (
@@ -166,6 +166,10 @@ def test_fitted_hierarchy_loads_and_keeps_unmeasured_levels():
     lib = fitted_hierarchy(h, res, library=library_of("Open MPI v5.0.11, package: Open MPI user@localhost")).library
     assert lib is CollectiveLibrary.OPEN_MPI and library_of("MPICH Version:\t4.2.0") is None
     assert Hierarchy.model_validate_json(fitted_hierarchy(h, res, library=lib).model_dump_json()).library is lib
+    # how a reduce_scatter step ran is said outright for the two backends that run the exchange, nothing for others
+    for library, rs in ((lib, ReduceScatterRun.EXCHANGE), (CollectiveLibrary.GLOO, ReduceScatterRun.EXCHANGE),
+                        (CollectiveLibrary.NCCL, None), (None, None)):
+        assert fitted_hierarchy(h, res, library=library).reduce_scatter is rs
 
 
 def test_refuses_without_root_in_one_line():

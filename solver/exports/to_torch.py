@@ -84,16 +84,39 @@ def _pipelined(tensor, chunks, sizes, pieces, steps, tail):
 '''
 
 _REDUCE_SCATTER = '''
+class _Summed:
+    """A reduce_scatter run as an exchange: wait() waits for the all_to_all, then sums the blocks it received."""
+
+    def __init__(self, work, blocks, out):
+        self.work, self.blocks, self.out = work, blocks, out
+
+    def wait(self):
+        self.work.wait()
+        torch.sum(self.blocks, dim=0, out=self.out)
+        return True
+
+
 def _reduce_scatter(x, group, lead, async_op=False):
     """Sum `x` over `group`; keep this member's part.
 
     The first `lead` dims of `x` (the slice's cells, in mesh order) index the members: flattened,
     group rank i receives the block where they read i. With async_op, returns (result, work):
-    the result is there once work.wait() returns.
+    the result is there once work.wait() returns. On gloo, whose reduce_scatter all-reduces the
+    whole buffer (each member sends 2 (k-1)/k of it), the members exchange their blocks
+    (all_to_all_single: (k-1)/k sent) and each sums the k blocks it received, in group rank order.
     """
     out = x.new_empty(x.shape[lead:])
-    work = _reduce_scatter_flat(out.view(-1), x.contiguous().view(-1), group=group, async_op=async_op)
-    return (out, work) if async_op else out
+    send = x.contiguous().view(-1)
+    if dist.get_backend(group) != "gloo":
+        work = _reduce_scatter_flat(out.view(-1), send, group=group, async_op=async_op)
+        return (out, work) if async_op else out
+    blocks = torch.empty_like(send)
+    work = dist.all_to_all_single(blocks, send, group=group, async_op=True)
+    work = _Summed(work, blocks.view(dist.get_world_size(group), -1), out.view(-1))
+    if async_op:
+        return out, work
+    work.wait()
+    return out
 '''
 
 _ALL_GATHER = '''
