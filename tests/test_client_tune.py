@@ -81,6 +81,7 @@ def test_the_pick_goes_first_so_the_hook_runs_it_and_a_picked_default_is_ddps_al
     assert hook.sizes[0].program == tasks[0].selection.candidates[1].program
     assert hook.sizes[1].program == tasks[1].selection.candidates[0].program  # the default: one all-reduce
     assert hook.sizes[1].program.text(hook.placement) == "AR(data@node,data@core)"
+    assert [hook.runs_default(s) for s in hook.sizes] == [False, True]  # the hook runs DDP's all-reduce there
     requests = doc["placements"][0]["requests"]
     assert requests[0]["validation"] == {"pick_over_default": 0.5} and "validation" not in requests[1]
     assert doc["tuned"] == {"client": "torch"} and requests[1]["picked"]["is_default"]

@@ -60,6 +60,71 @@ def test_a_size_without_programs_runs_the_default(document):
     assert plan.sizes[1].program.text(plan.placement) == "AR(data@node,data@core)" and plan.sizes[1].multiple == 8
 
 
+def test_a_size_whose_program_is_the_default_is_said_to_run_it(document):
+    edited = copy.deepcopy(document)
+    edited["placements"][0]["requests"][1]["programs"] = []
+    plan = bucket_plan(parse_plan_file(edited), 0, "grad_allreduce")
+    assert [plan.runs_default(s) for s in plan.sizes] == [False, True, False]
+
+
+class _Future:
+    """A completed torch Future stand-in: then() runs the callback at once."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def value(self):
+        return self._value
+
+    def then(self, callback):
+        return _Future(callback(self))
+
+
+class _Buffer:
+    """A bucket's flat tensor stand-in that records its in-place division."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes, self.divided_by = nbytes, None
+
+    def numel(self):
+        return self.nbytes // 4
+
+    def element_size(self):
+        return 4
+
+    def div_(self, d):
+        self.divided_by = d
+        return self
+
+
+def test_a_size_whose_pick_is_ddps_all_reduce_runs_it_on_the_calling_thread(document, monkeypatch):
+    """On a fake torch.distributed: a 1 MiB bucket, whose planned program is the default, is divided and started as
+    one asynchronous all_reduce on the hook's direct group from the calling thread (as DDP's own hook does), the
+    future yields the bucket, and it is counted; the worker thread never sees it."""
+    import types
+
+    from p2synth.solver.exports.ddp import PlanHook
+
+    calls = []
+    fake = types.ModuleType("torch.distributed")
+    fake.all_reduce = lambda buffer, group, async_op: calls.append((buffer, group, async_op)) or types.SimpleNamespace(
+        get_future=lambda: _Future([buffer]))
+    torch = types.ModuleType("torch")
+    torch.distributed = fake
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    edited = copy.deepcopy(document)
+    edited["placements"][0]["requests"][1]["programs"] = []
+    plan = bucket_plan(parse_plan_file(edited), 0, "grad_allreduce")
+    hook = PlanHook(plan, {}, mesh=None, divisor=8, direct=(frozenset({1 << 20}), "direct-group"))
+    bucket = types.SimpleNamespace(buffer=lambda: _Buffer(1 << 20))
+    future = hook(None, bucket)
+    (buffer, group, async_op), = calls
+    assert (group, async_op, buffer.divided_by) == ("direct-group", True, 8)
+    assert future.value() is buffer and (hook.reduced, hook.direct) == (1, 1) and hook._jobs.empty()
+    hook.close()
+
+
 def test_the_only_request_is_the_default_choice(document, split):
     single = {**document, "workload": document["workload"][:3],
               "placements": [{**p, "requests": p["requests"][:3]} for p in document["placements"]]}

@@ -56,12 +56,23 @@ def write_plan(path: Path) -> dict:
     return plan
 
 
+def default_first(plan: dict, name: str) -> dict:
+    """`plan` with DDP's all-reduce (the default program) ranked first for request `name`, as the client tuner
+    writes a size where no program beat it."""
+    plan = json.loads(json.dumps(plan))
+    for request in plan["placements"][0]["requests"]:
+        if request["name"] == name:
+            request["programs"].insert(0, dict(request["default"]))
+    return plan
+
+
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> tuple[dict, Path]:
     """Run the 8-rank training job once; the plan and the job's folder."""
     pytest.importorskip("torch")
     workdir = tmp_path_factory.mktemp("ddp-hook")
     plan = write_plan(workdir / "plan.json")
+    (workdir / "plan-default.json").write_text(json.dumps(default_first(plan, "grad_allreduce_16896")))
     command = [sys.executable, "-m", "tests.test_ddp_torch", str(workdir)]
     try:
         done = subprocess.run(command, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
@@ -113,13 +124,26 @@ def test_the_guard_keeps_the_faster_on_every_rank_from_the_slowest_ranks_times_a
             np.testing.assert_allclose(params["guarded"], params["default"], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}")
 
 
+def test_a_size_whose_pick_is_ddps_all_reduce_runs_it_on_the_calling_thread(job):
+    """plan-default.json ranks DDP's all-reduce first for 16,896 bytes: those buckets (5, from step 2 on) run it
+    directly, without guard trials, on every rank; the 1 MiB size still runs its program, guarded; the parameters
+    match the default hook's."""
+    _, workdir = job
+    for rank in range(WORLD):
+        report = rank_report(workdir, rank)
+        assert report["direct"] == 5 and report["direct_reduced"] == [1] + [2] * (STEPS - 1)
+        assert sorted(int(n) for n in report["direct_guard"]) == [136208, 153104]
+        with np.load(workdir / f"params-{rank}.npz") as params:
+            np.testing.assert_allclose(params["direct"], params["default"], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}")
+
+
 def test_every_bucket_ran_a_planned_program_and_each_unplanned_size_is_logged_once(job):
     _, workdir = job
     for rank in range(WORLD):
         report = rank_report(workdir, rank)
         assert {int(n): planned for n, planned in report["chosen"].items()} == BUCKETS
         assert report["reduced"] == [1] + [2] * (STEPS - 1)  # buckets reduced in each step
-        assert sorted(report["warned"]) == [136208, 136208, 153104, 153104]  # once per unplanned size and hook
+        assert sorted(report["warned"]) == [136208] * 3 + [153104] * 3  # once per unplanned size and hook
 
 
 def test_a_process_group_that_is_not_the_reduction_group_fails_at_attach_time(job):
@@ -193,7 +217,7 @@ def slowed(function, seconds: float):
 
 def rank_main(rank: int, workdir: Path) -> None:
     """One rank: train with the default hook, then with the p2synth hook unguarded, then guarded with rank 5
-    slow on 1 MiB programs; try a mismatched process group."""
+    slow on 1 MiB programs, then with DDP's all-reduce picked for 16,896 bytes; try a mismatched process group."""
     import torch.distributed as dist
 
     from p2synth.solver.exports.ddp import p2synth_hook
@@ -212,16 +236,20 @@ def rank_main(rank: int, workdir: Path) -> None:
                           for name, fn in guarded._functions.items()}  # the hook's programs, by function name
     with_guard = train(rank, guarded, [])
     guarded.close()
+    direct, direct_reduced = p2synth_hook(workdir / "plan-default.json", request="grad_allreduce"), []
+    with_direct = train(rank, direct, direct_reduced)
+    direct.close()
     subgroup, _ = dist.new_subgroups(4)
     try:
         p2synth_hook(workdir / "plan.json", request="grad_allreduce", process_group=subgroup)
         subgroup_error = None
     except ValueError as e:
         subgroup_error = f"{type(e).__name__}: {e}"
-    np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook, guarded=with_guard)
+    np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook, guarded=with_guard, direct=with_direct)
     chosen = {n: s.message_bytes for n, s in hook.chosen().items()}
     report = {"chosen": chosen, "reduced": reduced, "warned": warned.sizes, "subgroup_error": subgroup_error,
-              "guard": guarded.decisions(), "unguarded": hook.decisions()}
+              "guard": guarded.decisions(), "unguarded": hook.decisions(), "direct": direct.direct,
+              "direct_reduced": direct_reduced, "direct_guard": direct.decisions()}
     (workdir / f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()
 

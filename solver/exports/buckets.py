@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from p2synth.hierarchies.cli import quote
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError
 from p2synth.hierarchies.placement import Placement
-from p2synth.hierarchies.program import Collective, Program, Request
+from p2synth.hierarchies.program import Collective, Program, Request, default_program
 
 
 class HookError(ValueError):
@@ -59,6 +59,11 @@ class BucketPlan:
     def covers(self, nbytes: int) -> bool:
         """True when the plan has a program planned for exactly `nbytes` bytes."""
         return any(s.message_bytes == nbytes for s in self.sizes)
+
+    def runs_default(self, sized: SizedProgram) -> bool:
+        """True when `sized`'s program is the default: one all_reduce over the whole group, unpipelined (what the
+        client tuner writes where no program beat DDP's own all-reduce)."""
+        return sized.program == default_program(self.placement, self.reduced)
 
     def group(self, rank: int) -> tuple[int, ...]:
         """The ranks device `rank` reduces with (itself included), ascending."""

@@ -20,6 +20,13 @@ the same on every rank; the hook returns a ``torch.futures.Future`` at once, so
 the backward pass goes on computing while buckets are reduced. torch is
 imported only when a hook is attached. docs/exports.md describes the hook.
 
+A size whose planned program is DDP's own all-reduce (the client tuner keeps
+it where no program beats it) runs as DDP's own all-reduce hook runs it: the
+bucket divided, then one asynchronous ``dist.all_reduce`` started on the
+calling thread, on a process group of the hook's own, with no worker thread
+and no guard trials (there is nothing to choose between). The hook then costs
+what DDP's Python all-reduce hook costs.
+
 With ``guard=True`` (the default) the hook guards itself
 (:mod:`solver.exports.guard`): for the first buckets of each size it alternates
 the plan's program with DDP's own all-reduce (run on a process group of its
@@ -80,11 +87,16 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
         device_type = "cpu"
     mesh = module.build_mesh(device_type)
     functions = {s.name: module.REQUESTS[s.name] for s in buckets.sizes}
+    direct = frozenset(s.message_bytes for s in buckets.sizes if buckets.runs_default(s))
+    guard = guard and len(direct) < len(buckets.sizes)  # some size runs a program to try
     guarded = own_group(buckets, dist.get_world_size(), dist.get_rank()) if guard else None
-    LOG.info("p2synth DDP hook: %s%s", buckets.describe(),
-             f"; guarded: the first {guard_trials} buckets of each size also run DDP's all-reduce" if guard else "")
+    direct_group = own_group(buckets, dist.get_world_size(), dist.get_rank()) if direct else None
+    notes = ([f"guarded: the first {guard_trials} buckets of each size also run DDP's all-reduce"] if guard else []) + (
+        [f"DDP's own all-reduce on the calling thread for {', '.join(f'{b:,}' for b in sorted(direct))} bytes"]
+        if direct else [])
+    LOG.info("p2synth DDP hook: %s%s", buckets.describe(), "".join(f"; {n}" for n in notes))
     return PlanHook(buckets, functions, mesh, dist.get_world_size(group),
-                    (Guard(guard_trials), guarded) if guard else None)
+                    (Guard(guard_trials), guarded) if guard else None, (direct, direct_group))
 
 
 def own_group(buckets: BucketPlan, world_size: int, rank: int) -> Any:
@@ -114,15 +126,18 @@ class PlanHook:
     """The hook :func:`p2synth_hook` returns: ``hook(state, bucket)`` queues the bucket and returns its Future.
 
     `state` is what to register it with (None: the hook keeps its own state); `reduced` counts the
-    buckets reduced so far; :meth:`decisions` says what the guard kept; :meth:`close` stops the worker thread.
+    buckets reduced so far, `direct` those of them that ran DDP's own all-reduce on the calling thread (the sizes
+    of `direct`'s set, on its group); :meth:`decisions` says what the guard kept; :meth:`close` stops the worker
+    thread.
     """
 
     state = None
 
     def __init__(self, plan: BucketPlan, functions: dict[str, Callable], mesh: Any, divisor: int,
-                 guard: tuple[Guard, Any] | None = None):
+                 guard: tuple[Guard, Any] | None = None, direct: tuple[frozenset[int], Any] = (frozenset(), None)):
         self.plan = plan
-        self.reduced = 0
+        self.reduced = self.direct = 0
+        self._direct_sizes, self._direct_group = direct
         self._guard, self._guard_group = guard if guard is not None else (None, None)
         self.__name__ = self.__qualname__ = "p2synth_hook"  # DDP reads a hook's names, as of a function
         self._functions, self._mesh, self._divisor = functions, mesh, divisor
@@ -132,11 +147,15 @@ class PlanHook:
         self._worker.start()
 
     def __call__(self, state, bucket):  # DDP checks that a parameter is called `bucket`, and any annotations
-        """Queue `bucket` for the worker; the returned Future completes with the reduced bucket."""
-        import torch
-
+        """Queue `bucket` for the worker (or, for a size that runs DDP's all-reduce, start it here); the returned
+        Future completes with the reduced bucket."""
         buffer = bucket.buffer()
         sized = self.choose(buffer.numel() * buffer.element_size())
+        if sized.message_bytes in self._direct_sizes:  # DDP's own all-reduce, as DDP's hook runs it
+            work = ddp_all_reduce(buffer, self._direct_group, self._divisor, async_op=True)
+            return work.get_future().then(self._done_direct)
+        import torch
+
         future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
         ready = None
         if buffer.is_cuda:  # the worker's stream must wait for the gradients copied into the bucket
@@ -144,6 +163,12 @@ class PlanHook:
             ready.record()
         self._jobs.put((buffer, sized, future, ready))
         return future
+
+    def _done_direct(self, future: Any) -> Any:
+        """The reduced bucket of a finished direct all-reduce (counted)."""
+        self.reduced += 1
+        self.direct += 1
+        return future.value()[0]
 
     def choose(self, nbytes: int) -> SizedProgram:
         """The program for buckets of `nbytes` bytes; the first time a size is not planned, says so in the log."""
@@ -220,15 +245,16 @@ class PlanHook:
         return times.tolist()
 
 
-def ddp_all_reduce(buffer: Any, group: Any, divisor: int) -> Any:
+def ddp_all_reduce(buffer: Any, group: Any, divisor: int, async_op: bool = False) -> Any:
     """What DDP's own all-reduce hook computes, in place: `buffer` divided by `divisor` (1: not divided), then
-    ``dist.all_reduce`` over `group`."""
+    ``dist.all_reduce`` over `group`; `buffer`, or with `async_op` the all-reduce's work (the result is in
+    `buffer` once it completes)."""
     import torch.distributed as dist
 
     if divisor != 1:
         buffer.div_(divisor)
-    dist.all_reduce(buffer, group=group)
-    return buffer
+    work = dist.all_reduce(buffer, group=group, async_op=async_op)
+    return work if async_op else buffer
 
 
 def reduce_bucket(buffer: Any, function: Callable, mesh: Any, multiple: int, divisor: int) -> Any:
