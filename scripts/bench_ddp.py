@@ -25,7 +25,10 @@ loss against fixed targets, plain SGD. Each variant gets its own
   (``--placement``, ``--request``);
 * ``mpi``: the same hook with ``--mpi-plan``, the plan tuned with Open MPI (``runtime.tune``); only with ``--mpi-plan``;
 * ``sequential``: the hook with every program of ``--plan`` forced to one piece (``pipeline`` 1); only when
-  ``--variants`` names it.
+  ``--variants`` names it;
+* ``torch-hook``: a control, no p2synth: DDP's all-reduce as torch's own Python comm hook
+  (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``), what any Python hook that runs
+  DDP's all-reduce costs against DDP's built-in one; only when ``--variants`` names it.
 
 The hook variants run ``p2synth_hook``'s guard (``--guard on``, the default: for its first buckets of each size the
 hook also times DDP's all-reduce and keeps the faster) or not (``--guard off``); rank 0's ``hook.decisions()`` of
@@ -136,9 +139,11 @@ class Variant(str, Enum):
     CLIENT = "client"
     MPI = "mpi"
     SEQUENTIAL = "sequential"
+    TORCH_HOOK = "torch-hook"  # a control: DDP's all-reduce as torch's own Python comm hook, no p2synth
 
 
 HOOKED = (Variant.CLIENT, Variant.MPI, Variant.SEQUENTIAL)  # the variants that run the p2synth hook
+JUDGED = HOOKED + (Variant.TORCH_HOOK,)  # the variants the table judges against the default
 LEGACY_NAMES = {"p2synth": Variant.MPI.value}  # older raw files: their hook ran the plan runtime.tune tuned (MPI)
 SLOWER, FASTER, WITHIN = "slower beyond noise", "faster beyond noise", "within noise"
 
@@ -300,7 +305,11 @@ def build_variants(args, variants: list[Variant], tmp: Path) -> tuple[dict, dict
     models, hooks = {}, {}
     for v in variants:
         models[v] = DDP(build_model(args, args.seed), bucket_cap_mb=args.bucket_mib)
-        if v is not Variant.DEFAULT:
+        if v is Variant.TORCH_HOOK:
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+            models[v].register_comm_hook(None, allreduce_hook)
+        elif v is not Variant.DEFAULT:
             try:
                 hooks[v] = attach_p2synth_hook(models[v], plans[v], args.placement, args.request, args.guard == "on")
             except Exception as e:  # noqa: BLE001  (the hook's refusal, whatever its type, is one line)
@@ -500,7 +509,7 @@ def case_record(raw: dict, bound: float | None = None) -> dict:
     if Variant.SEQUENTIAL.value in intervals:
         hooked = Variant.CLIENT if Variant.CLIENT.value in intervals else Variant.MPI
         record["pipelining_speedup"] = speedup(intervals, Variant.SEQUENTIAL, hooked)
-    record["hook_vs_default"] = {v.value: verdict(intervals[v.value], default) for v in HOOKED if v.value in intervals}
+    record["hook_vs_default"] = {v.value: verdict(intervals[v.value], default) for v in JUDGED if v.value in intervals}
     record["bound_speedup"] = bound
     record["bucket_bytes"] = raw.get("bucket_bytes")
     record["decisions"] = raw.get("decisions", {})
@@ -655,7 +664,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--placement", type=int, default=0, help="the plan's placement (default 0)")
     p.add_argument("--request", default="grad_allreduce", help="the plan's request (default grad_allreduce)")
     p.add_argument("--variants", type=lambda t: [Variant(v).value for v in t.split(",")], default=None,
-                   help="comma separated (default default,client and mpi with --mpi-plan; sequential on request)")
+                   help="comma separated (default default,client and mpi with --mpi-plan; sequential and torch-hook on request)")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per run (default 2)")

@@ -160,6 +160,16 @@ def test_cases_slower_beyond_noise_count_the_hooks_whose_interval_lies_wholly_ab
     assert bench_ddp.summary(records[2:])["cases_slower_beyond_noise_mpi_plan"] is None  # no case has the mpi plan
 
 
+def test_the_torch_hook_control_gets_a_row_and_a_verdict_but_counts_in_no_target():
+    record = bench_ddp.case_record(raw_case("c", {"default": 0.200, "client": 0.150, "torch-hook": 0.212}))
+    assert record["hook_vs_default"] == {"client": "faster beyond noise", "torch-hook": "slower beyond noise"}
+    assert record["torch-hook_ms"] == 216.0 and record["speedup"] == round(0.204 / 0.154, 3)
+    row = [r for r in bench_ddp.table_rows([record]) if r[1] == "torch-hook"]  # rounds 212..220 ms: ranks 2 and 8
+    assert row == [("c", "torch-hook", "216.0", "[213.0, 219.0]", "0.94", "slower beyond noise", "", "yes",
+                    "2.8e-09 (0.014)")]
+    assert bench_ddp.summary([record])["cases_slower_beyond_noise"] == 0  # the client's count, not the control's
+
+
 def test_a_run_beyond_the_tolerance_fails_the_case_and_says_by_how_much():
     record = bench_ddp.case_record(raw_case("bad", {"default": 0.200, "client": 0.300}, mismatch="default"))
     assert record["params_match"] is False and record["params_tol_share"]["default"] == pytest.approx(30.0)
@@ -426,7 +436,7 @@ def test_the_training_loop_runs_every_variant_in_every_round_with_the_same_param
     raw = tmp_path / "raw.json"
     job = run_mpi(2, ["-c", STAND_IN, "--plan", str(tmp_path / "plan.json"), "--out", str(raw), "--width", "64",
                       "--layers", "3", "--rounds", "3", "--steps", "2", "--warmup", "1", "--case", "two",
-                      "--variants", "default,client,sequential", "--guard", "off"], timeout=300)
+                      "--variants", "default,client,sequential,torch-hook", "--guard", "off"], timeout=300)
     assert job.returncode == 0, job.stderr[-2000:]
     data = json.loads(raw.read_text())
     assert (data["world"], data["case"], data["model"]["grad_bytes"]) == (2, "two", 3 * 64 * 65 * 4)
@@ -434,7 +444,7 @@ def test_the_training_loop_runs_every_variant_in_every_round_with_the_same_param
     assert re.fullmatch(r"[0-9a-f]{40}", data["commit"]) and data["started_at"] <= data["ended_at"]
     assert sum(data["bucket_bytes"]) == data["model"]["grad_bytes"]
     assert data["decisions"] == {"client": {"4096": {"kept": "plan"}}, "sequential": {"4096": {"kept": "plan"}}}
-    variants = [Variant.DEFAULT, Variant.CLIENT, Variant.SEQUENTIAL]
+    variants = [Variant.DEFAULT, Variant.CLIENT, Variant.SEQUENTIAL, Variant.TORCH_HOOK]
     assert [(r["round"], r["variant"]) for r in data["runs"]] == [
         (r, v.value) for r in range(3) for v in bench_ddp.round_order(variants, r)]
     assert all(len(r["step_s"]) == 2 and min(r["step_s"]) > 0 and r["params_match"] for r in data["runs"])
