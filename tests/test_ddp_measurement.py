@@ -1,7 +1,9 @@
-"""docs/measurements/ddp.md and ddp-summary.json against the committed raw data of issue 31's measurement."""
+"""docs/measurements/ddp.md and its summaries against the committed raw data of issue 31's measurements."""
 
 import json
 from pathlib import Path
+
+import pytest
 
 from scripts import bench_ddp
 
@@ -10,24 +12,45 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "measurements"
 CASES = ("4x2-1gbit", "2x2x2-1gbit-400mbit", "3x2x2-1gbit-400mbit")  # in the order ddp.md's command names them
 
 
-def test_ddp_md_and_its_summary_are_rebuilt_from_the_raw_data(tmp_path):
-    """docs/measurements/ddp.md's table and notes, and ddp-summary.json, are what --from-raw makes of the committed
-    raw files, byte for byte; the model-accuracy table is what scripts.ddp_model_accuracy makes of the client-tuned
-    plans."""
+# ddp.md's measurements, newest first: raw files, summary, client-tuned plans (their accuracy table)
+def _case_files(folder: Path, suffix: str = "") -> list[Path]:
+    return [folder / f"{case}{suffix}.raw.json" for case in CASES]
+
+
+MEASUREMENTS = {
+    # the exports' reduce_scatter exchange on gloo and the hook's direct path (ddp.md's headline)
+    "direct": (_case_files(DOCS / "ddp"), DOCS / "ddp-summary.json", DOCS / "ddp"),
+    # the exchange without the direct path: the first runs of the same cases
+    "first-run": (_case_files(DOCS / "ddp", ".first-run"), DOCS / "ddp" / "first-run-summary.json", None),
+    # the control: DDP's built-in all-reduce, the hook, and torch's own Python all-reduce hook (3x2x2 only)
+    "control": ([DOCS / "ddp" / "3x2x2-1gbit-400mbit.control.raw.json"], DOCS / "ddp" / "control-summary.json", None),
+    # issue 31's first measurement, gloo's own reduce_scatter
+    "gloo-rs": (_case_files(DOCS / "ddp" / "gloo-rs"), DOCS / "ddp" / "gloo-rs" / "ddp-summary.json",
+                DOCS / "ddp" / "gloo-rs"),
+}
+
+
+@pytest.mark.parametrize("name", MEASUREMENTS)
+def test_ddp_md_and_its_summary_are_rebuilt_from_the_raw_data(tmp_path, name):
+    """docs/measurements/ddp.md's tables and notes, and each measurement's ddp-summary.json, are what --from-raw makes
+    of the committed raw files, byte for byte; the model-accuracy tables are what scripts.ddp_model_accuracy makes of
+    the client-tuned plans; ddp.md's rebuild commands name the raw files."""
     from scripts import ddp_model_accuracy
 
+    raws, committed, tuned_folder = MEASUREMENTS[name]
     doc = (DOCS / "ddp.md").read_text()
     md, summary = tmp_path / "ddp.md", tmp_path / "summary.json"
-    raws = [str(DOCS / "ddp" / "gloo-rs" / f"{case}.raw.json") for case in CASES]
-    assert bench_ddp.main(["--from-raw", *raws, "--markdown", str(md), "--summary", str(summary)]) == 0
+    assert bench_ddp.main(["--from-raw", *map(str, raws), "--markdown", str(md), "--summary", str(summary)]) == 0
     assert md.read_text().strip() in doc
-    assert summary.read_text() == (DOCS / "ddp-summary.json").read_text()
-    accuracy = tmp_path / "accuracy.md"
-    tuned = [str(DOCS / "ddp" / "gloo-rs" / f"{case}.client-tuned.json") for case in CASES]
-    assert ddp_model_accuracy.main([*tuned, "--markdown", str(accuracy)]) == 0
-    assert accuracy.read_text().strip() in doc
+    assert summary.read_text() == committed.read_text()
     flat = " ".join(doc.replace("\\\n", " ").split())
-    assert " ".join(f"docs/measurements/ddp/gloo-rs/{case}.raw.json" for case in CASES) in flat
+    root = DOCS.parent.parent
+    assert " ".join(raw.relative_to(root).as_posix() for raw in raws) in flat
+    if tuned_folder is not None:
+        accuracy = tmp_path / "accuracy.md"
+        tuned = [str(tuned_folder / f"{case}.client-tuned.json") for case in CASES]
+        assert ddp_model_accuracy.main([*tuned, "--markdown", str(accuracy)]) == 0
+        assert accuracy.read_text().strip() in doc
 
 
 def test_the_committed_measurement_meets_what_ddp_md_says_of_it():
@@ -36,8 +59,9 @@ def test_the_committed_measurement_meets_what_ddp_md_says_of_it():
     summary = json.loads((DOCS / "ddp-summary.json").read_text())
     assert summary["params_check"] == "elementwise" and summary["params_match"]
     assert [c["case"] for c in summary["cases"]] == list(CASES)
+    assert len({case["commit"] for case in summary["cases"]}) == 1  # one commit, a clean checkout
     for case in summary["cases"]:
-        assert case["commit"] and case["measured_at"] and case["guard"] == "on"
+        assert case["commit"] and not case["dirty"] and case["measured_at"] and case["guard"] == "on"
         assert max(case["params_tol_share"].values()) < 0.1  # every variant's largest difference, in tolerances
     slower = sum(c["hook_vs_default"]["client"] == "slower beyond noise" for c in summary["cases"])
     assert summary["cases_slower_beyond_noise"] == slower
