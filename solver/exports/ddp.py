@@ -65,7 +65,8 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
     the one DDP reduces over (None: the world). `device_type` is the mesh's
     (None: "cpu" under gloo, else the module's default). `guard` alternates the
     plan's program with DDP's own all-reduce for the first `guard_trials` buckets
-    of each size each, and keeps the faster (module docstring). Collective: call it on
+    of each size each, and keeps the faster (module docstring); a size whose
+    planned program is DDP's all-reduce runs it on the calling thread, untried. Collective: call it on
     every rank, once, after ``dist.init_process_group()``. A plan that does not
     fit the job raises HookError, whose message is one line, before any
     process group is created.
