@@ -91,6 +91,8 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
     direct = frozenset(s.message_bytes for s in buckets.sizes if buckets.runs_default(s))
     guard = guard and len(direct) < len(buckets.sizes)  # some size runs a program to try
     guarded = own_group(buckets, dist.get_world_size(), dist.get_rank()) if guard else None
+    # not the guard's group: the worker's collectives on it and the calling thread's could interleave differently
+    # on different ranks
     direct_group = own_group(buckets, dist.get_world_size(), dist.get_rank()) if direct else None
     notes = ([f"guarded: the first {guard_trials} buckets of each size also run DDP's all-reduce"] if guard else []) + (
         [f"DDP's own all-reduce on the calling thread for {', '.join(f'{b:,}' for b in sorted(direct))} bytes"]
@@ -138,6 +140,7 @@ class PlanHook:
                  guard: tuple[Guard, Any] | None = None, direct: tuple[frozenset[int], Any] = (frozenset(), None)):
         self.plan = plan
         self.reduced = self.direct = 0
+        self._counting = threading.Lock()  # the worker and gloo's callback threads both count reduced buckets
         self._direct_sizes, self._direct_group = direct
         self._guard, self._guard_group = guard if guard is not None else (None, None)
         self.__name__ = self.__qualname__ = "p2synth_hook"  # DDP reads a hook's names, as of a function
@@ -167,8 +170,9 @@ class PlanHook:
 
     def _done_direct(self, future: Any) -> Any:
         """The reduced bucket of a finished direct all-reduce (counted)."""
-        self.reduced += 1
-        self.direct += 1
+        with self._counting:
+            self.reduced += 1
+            self.direct += 1
         return future.value()[0]
 
     def choose(self, nbytes: int) -> SizedProgram:
@@ -207,7 +211,8 @@ class PlanHook:
                     torch.cuda.set_device(buffer.device)
                     torch.cuda.current_stream().wait_event(ready)
                 self._reduce(buffer, sized)
-                self.reduced += 1
+                with self._counting:
+                    self.reduced += 1
                 future.set_result(buffer)
             except Exception as e:  # noqa: BLE001  (DDP raises it from the Future, in the backward pass)
                 future.set_exception(e)
