@@ -39,7 +39,8 @@ new rounds, not a new job.
 size's programs, ``picked``, ``measured_*`` figures, ``default`` measured), so the
 hook and ``python -m solver.exports`` run the pick (DDP's own all-reduce when the
 default is picked); ``tuned`` records ``client`` (torch), the backend, the torch
-version and the rule; each tuned size gets ``validation``.
+version, the rule, and the p2synth version, checkout commit and UTC start and end
+(``runtime/provenance.py``); each tuned size gets ``validation``.
 
 Exit status: 0 tuned and every result exact; 1 a wrong result; 2 bad arguments,
 plan, or no torch (one line, from rank 0).
@@ -64,6 +65,7 @@ from p2synth.hierarchies.program import Collective
 from p2synth.runtime.data import TaggedData, element_count, reduction_group
 from p2synth.runtime.job import EXIT_OK, EXIT_WRONG, require_out_folder
 from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.provenance import RunStart
 from p2synth.runtime.stats import CONFIDENCE, LEVEL, MIN_GAIN, pick
 from p2synth.runtime.timing import TimingConfig
 from p2synth.runtime.torch_dist import TorchWorld, init_process_group, rank_and_world
@@ -296,6 +298,7 @@ def _run(args: argparse.Namespace, plan: PlanFile, buckets: BucketPlan, tasks: l
 
     torch.set_num_threads(1)
     rank, world_size = init_process_group(backend, args.ifname)
+    start = RunStart.now()
     runners = connect(source, buckets, backend, rank, world_size)
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     outcomes, validations = [], []
@@ -319,7 +322,8 @@ def _run(args: argparse.Namespace, plan: PlanFile, buckets: BucketPlan, tasks: l
                 "rule": f"pick = the smallest median if it is faster than DDP's all-reduce by more than {args.min_gain:g} "
                         f"in enough paired rounds for a one-sided exact sign test at level {LEVEL:g}, else the default",
                 "median_speedup": round(statistics.median(o.measured[0].median_s / o.measured[o.picked].median_s
-                                                          for o in outcomes), 4)}
+                                                          for o in outcomes), 4),
+                **start.record()}
         write_json_atomic(tuned_plan(plan, outcomes, validations, info, args.placement), args.out)
         print(f"# wrote {args.out}; wrong elements: {wrong}", file=sys.stderr, flush=True)
     dist.destroy_process_group()

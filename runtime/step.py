@@ -63,6 +63,7 @@ from p2synth.runtime.data import rank_tag
 from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
                                  run_guarded, start_command)
 from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.provenance import RunStart
 from p2synth.runtime.report import out_of_bounds_line
 from p2synth.runtime.stats import median_interval
 from p2synth.runtime.tune import Armed, arm
@@ -461,6 +462,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     level = MPI.Query_thread()
     overlap = level == MPI.THREAD_MULTIPLE and backend.kind is BackendKind.NUMPY
     rank0 = world.Get_rank() == 0
+    start = RunStart.now()
     ranker = StepRank(job, backend, world, overlap, args.corrupt == world.Get_rank())
     if ranker.check_wrong:
         if rank0:
@@ -490,6 +492,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     if rank0:
         doc = step_document(job, args, backend, world, level, overlap, measured,
                             {"check": 0, "activations": wrong_activations, "outputs": wrong_outputs})
+        doc["run"] = start.record()
         if args.out is not None:
             write_json_atomic(doc, args.out)
         if all_traces is not None:

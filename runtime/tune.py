@@ -68,6 +68,7 @@ from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser
 from p2synth.runtime.layout import Role
 from p2synth.runtime.measure import Measured, interleaved
 from p2synth.runtime.plan import Selection, select
+from p2synth.runtime.provenance import RunStart
 from p2synth.runtime.report import out_of_bounds_line
 from p2synth.runtime.stats import CONFIDENCE, LEVEL, MIN_GAIN, pick
 from p2synth.runtime.timing import TimingConfig
@@ -159,6 +160,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     args, (plan, tasks), backend = started
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     rank0 = world.Get_rank() == 0
+    start = RunStart.now()
     console = Console(stderr=True, force_terminal=args.progress or None)
     outcomes: list[Outcome] = []
     # refreshed by hand between repeats: a refresh thread would compete with the timed loops
@@ -184,6 +186,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
             "rule": f"pick = the smallest median if it is faster than the default by more than {args.min_gain:g} in enough "
                     f"paired rounds for a one-sided exact sign test at level {LEVEL:g}, else the default",
             "hierarchy_file": None if hierarchy is None else str(args.hierarchy_out),
+            **start.record(),
         })
         write_json_atomic(doc, args.out)
         for line in summary_lines(outcomes):

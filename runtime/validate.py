@@ -47,6 +47,7 @@ from p2synth.runtime.backends import BackendKind
 from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
                                  run_guarded, start_job)
 from p2synth.runtime.plan import select
+from p2synth.runtime.provenance import RunStart
 from p2synth.runtime.stats import MIN_GAIN, paired_faster
 from p2synth.runtime.timing import TimingConfig
 from p2synth.runtime.tune import Outcome, Task, measured_figures, tune_request
@@ -137,6 +138,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     if started is None:
         return EXIT_USAGE
     (args, plan, tuned), backend = started
+    start = RunStart.now()
     timing = plan.document["tuned"].get("timing", {})
     config = TimingConfig(warmup=args.warmup, iters=args.iters or int(timing.get("iters", 5)),
                           repeats=args.repeats or int(timing.get("repeats", 9)))
@@ -153,6 +155,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
             "requests": len(verdicts), "left_default": sum(t.pick != 0 for t in tuned),
             "confirmed": sum(v["confirmed"] for v in verdicts), "losses_5pct": sum(v["loss_5pct"] for v in verdicts),
             "regret_median": statistics.median(v["regret"] for v in verdicts),
+            **start.record(),
         }
         write_json_atomic(doc, args.out)
         for line in summary_lines(tuned, verdicts):

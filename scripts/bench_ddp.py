@@ -100,7 +100,6 @@ import os
 import statistics
 import sys
 import tempfile
-from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 
@@ -111,7 +110,7 @@ from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval
 from p2synth.runtime.torch_dist import default_ifname, init_process_group, rank_and_world
-from scripts.provenance import checkout_state
+from p2synth.runtime.provenance import checkout_state, utc_now
 from scripts.tables import console, markdown
 from scripts.tables import table as rich_table
 
@@ -183,13 +182,6 @@ def round_order(variants: list[Variant], r: int) -> list[Variant]:
     """The order of round `r`: the variants rotated left by `r`."""
     k = r % len(variants)
     return variants[k:] + variants[:k]
-
-
-# --- what was measured, and when ---------------------------------------------------------------------------------
-
-def utc_now() -> str:
-    """The time now, UTC, ISO 8601 to the second."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 # --- the training loop (torch imported here only) ---------------------------------------------------------------

@@ -73,7 +73,7 @@ from p2synth.hierarchies.program import Program
 from scripts.accuracy.suite import Testbed
 from scripts.bench_alltoall import size_text
 from scripts.campaign import campaign_input, now, testbed_session
-from scripts.provenance import checkout_state
+from p2synth.runtime.provenance import checkout_state
 from scripts.tables import console, markdown, ms, table
 
 MiB = 1 << 20

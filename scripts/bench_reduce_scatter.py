@@ -49,7 +49,7 @@ from mpi4py import MPI
 from p2synth.hierarchies.cli import sizes_argument
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.backends import MpiGroup, PairwiseExchange, PairwiseRounds
-from scripts.provenance import checkout_state
+from p2synth.runtime.provenance import checkout_state
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -31,7 +31,8 @@ Once for the whole job: the rate at which a rank sums float32 data (``a += b``) 
 every rank does so, written as ``reduce_GBps`` where the hierarchy model has that field.
 
 ``--out`` gets a plain hierarchy (``Hierarchy.model_validate_json`` loads it); the raw
-measurements and fits go to a sidecar, ``--raw`` (default ``OUT`` with ``.calibration.json``).
+measurements and fits go to a sidecar, ``--raw`` (default ``OUT`` with ``.calibration.json``), with what ran them
+under ``run`` (``runtime/provenance.py``: the p2synth version, the checkout's commit, the UTC start and end).
 
 Exit codes: 0 written; 1 measurement failed (the job is aborted); 2 bad arguments or a
 hierarchy that does not match the number of ranks (one line, from rank 0).
@@ -67,6 +68,7 @@ from p2synth.runtime.calibration import (  # the measuring and the fit live in t
     message_sizes,
     significant,
 )
+from p2synth.runtime.provenance import RunStart
 from scripts.tables import console, table
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -140,6 +142,7 @@ def calibrate(args: argparse.Namespace, h: Hierarchy, bench: Bench, world: int, 
     """Measure every level and the summing rate, fit, and (rank 0) write OUT and the raw sidecar and print the table;
     `runs_on` goes into the sidecar (the MPI library, or torch's version and backend). Collective."""
     rank = bench.comm.rank()
+    start = RunStart.now()
     sizes = message_sizes(args.max_bytes)
     results = {}
     for l, lv in enumerate(h.levels):
@@ -159,7 +162,7 @@ def calibrate(args: argparse.Namespace, h: Hierarchy, bench: Bench, world: int, 
         write_text_atomic(fitted.model_dump_json(indent=2, exclude_none=True) + "\n", out)
         write_text_atomic(json.dumps({
             "hierarchy_in": json.loads(h.model_dump_json(exclude_none=True)),
-            "hierarchy_out": str(out), "ranks": world, **runs_on,
+            "hierarchy_out": str(out), "ranks": world, **runs_on, "run": start.record(),
             "iters": args.iters, "small_iters": args.small_iters, "warmup": args.warmup,
             "levels": [results[l] for l in sorted(results)],
             "reduce": {"bytes": min(args.max_bytes, REDUCE_BYTES), "window_s": REDUCE_WINDOW_S,

@@ -35,13 +35,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from p2synth.hierarchies.cli import (EXIT_USAGE, ArgumentParser, UsageError, count_argument, one_line, size_argument,
                                      write_json_atomic)
-from scripts.provenance import checkout_state
+from p2synth.runtime.provenance import checkout_state, utc_now
 
 MiB = 1 << 20
 DTYPE_BYTES = 4  # float32
@@ -123,10 +122,6 @@ def table(meta: dict, records: list[dict]) -> str:
 def record(meta: dict, records: list[dict]) -> dict:
     """The JSON document: the run's metadata, then every call with every repeat (seconds) and its median."""
     return {**meta, "calls": [{**r, "median_s": statistics.median(r["seconds"])} for r in records]}
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def probe(args: Any) -> int:

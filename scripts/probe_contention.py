@@ -41,7 +41,7 @@ from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.runtime.calibration import Bench
 from scripts.campaign import now
-from scripts.provenance import checkout_state
+from p2synth.runtime.provenance import checkout_state
 from scripts.tables import console, markdown, table
 
 TAG = 77

@@ -223,3 +223,28 @@ def slowed(delays: str, key: str = "len(program.steps)", then: str = "", module:
         f"{then}\n"
         "sys.exit(status)\n"
     )
+
+
+def assert_run_record(record: dict, before: str) -> None:
+    """`record` says what a run of this checkout records of itself (``runtime.provenance.RunStart.record``): the
+    commit and dirtiness git itself gives for the checkout, the installed version, and a start and end within the
+    test, from `before` (UTC, ISO 8601) to now."""
+    from datetime import datetime, timezone
+    from importlib.metadata import version
+
+    git = ["git", "-c", f"safe.directory={ROOT}", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert set(record) == {"p2synth", "commit", "dirty", "started_at", "ended_at"}, record
+    assert (record["p2synth"], record["commit"], record["dirty"]) == (version("p2synth"), head, bool(changed))
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    times = [datetime.fromisoformat(t) for t in (before, record["started_at"], record["ended_at"], now)]
+    assert times == sorted(times) and all(t.utcoffset().total_seconds() == 0 for t in times), record
+
+
+def utc_before() -> str:
+    """The time now in UTC, to the second, as a lower bound for what a run started after this records."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()

@@ -9,7 +9,7 @@ import pytest
 from p2synth.hierarchies.model import Hierarchy, Level
 from p2synth.runtime.calibration import Bench, BenchComm
 from scripts.tables import printed_rows
-from tests.runtime_support import run_mpi
+from tests.runtime_support import assert_run_record, run_mpi, utc_before
 
 pytestmark = pytest.mark.mpi
 H = Hierarchy(name="local", levels=(Level(name="node", count=1), Level(name="core", count=2, bandwidth_GBps=1.0)))
@@ -23,8 +23,10 @@ def calibrate(tmp_path, *args, hierarchy=H):
 
 
 def test_two_local_ranks_fit_the_core_level_and_print_what_changed(tmp_path):
+    before = utc_before()
     job = calibrate(tmp_path, "--max-bytes", "1M", "--iters", "2", "--small-iters", "3", "--warmup", "0")
     assert job.returncode == 0, job.stderr[-2000:]
+    assert_run_record(json.loads((tmp_path / "fitted.calibration.json").read_text())["run"], before)
     fitted = Hierarchy.model_validate_json((tmp_path / "fitted.json").read_text())
     assert fitted.name == "local-fitted" and fitted.counts == (1, 2)
     core = fitted.levels[1]

@@ -17,6 +17,7 @@ from p2synth.runtime.tune import Outcome, Task
 from p2synth.solver.exports.buckets import bucket_plan
 from p2synth.hierarchies.plan_file import load_plan_file
 from tests.forked import run_forked
+from tests.runtime_support import assert_run_record, utc_before
 from tests.test_ddp_torch import write_plan
 
 WORLD = 8
@@ -127,9 +128,11 @@ def run_job(plan_path: Path, out: Path, fault: bool) -> int:
 @pytest.mark.torch
 def test_a_real_job_tunes_every_size_exactly_and_validates_the_pick(plan_path, tmp_path):
     out = tmp_path / "tuned.json"
+    before = utc_before()
     assert run_job(plan_path, out, fault=False) == 0
     doc = json.loads(out.read_text())
     assert doc["tuned"]["client"] == "torch" and doc["tuned"]["backend"] == "gloo" and doc["tuned"]["ranks"] == WORLD
+    assert_run_record({k: doc["tuned"][k] for k in ("p2synth", "commit", "dirty", "started_at", "ended_at")}, before)
     for request in doc["placements"][0]["requests"]:
         measured = [request["default"]] + [p for p in request["programs"] if "measured_s" in p]
         assert all(m["wrong"] == 0 and len(m["measured_repeats_s"]) == 6 for m in measured)

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -115,4 +116,6 @@ def test_four_local_gloo_ranks_run_every_call(tmp_path):
                              "core_groups": [[0, 1], [2, 3]]}
     assert [c["name"] for c in doc["calls"]] == [c.name for c in gloo_probe.calls(2, 2, 65536)]
     assert all(len(c["seconds"]) == 2 and all(t > 0 for t in c["seconds"]) for c in doc["calls"])
-    assert doc["bytes_per_rank"] == 65536 and doc["backend"] == "gloo" and doc["started_utc"].endswith("Z")
+    assert doc["bytes_per_rank"] == 65536 and doc["backend"] == "gloo"
+    times = [datetime.fromisoformat(doc[k]) for k in ("started_utc", "finished_utc")]
+    assert times == sorted(times) and all(t.utcoffset().total_seconds() == 0 for t in times)

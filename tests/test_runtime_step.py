@@ -15,7 +15,7 @@ import pytest
 
 from p2synth.hierarchies import Collective, Program, Step, default_program
 from p2synth.hierarchies.step import Pass, Schedule, stage_ops
-from tests.runtime_support import placement_of, request_of, run_mpi
+from tests.runtime_support import assert_run_record, placement_of, request_of, run_mpi, utc_before
 
 pytestmark = [pytest.mark.mpi]  # no skip without mpiexec: run_mpi fails, naming the fix
 
@@ -131,10 +131,12 @@ def _run(tmp_path, ranks, plan, *extra, timeout=120):
 def test_a_data_and_pipeline_step_runs_the_schedule_exactly(tmp_path):
     predicted = {"step_s": 0.09, "compute_s": 0.06, "layer_comm_s": 0.0, "pipeline_comm_s": 0.001, "bubble_s": 0.03,
                  "gradient_exposed_s": 0.002, "after_s": 0.0}
+    before = utc_before()
     job, out, trace = _run(tmp_path, 4, _dp_pp_plan(tmp_path, predicted), *QUICK)
     assert job.returncode == 0, job.stderr
     doc = json.loads(out.read_text())
     assert doc["wrong"] == {"check": 0, "activations": 0, "outputs": 0} and "# Out of bounds values : 0 OK" in job.stdout
+    assert_run_record(doc["run"], before)
     assert (doc["placement"], doc["ranks"], doc["stages"], doc["tensor"]) == (0, 4, 2, 1)
     assert doc["matrix"] == [[1, 2], [2, 1]] and doc["activation_bytes"] == 16 << 10
     assert doc["mpi_thread_level"] == "multiple" and doc["gradient_overlap"] is True

@@ -21,11 +21,13 @@ from tests.runtime_support import (
     ROOT,
     SMALL,
     all_programs,
+    assert_run_record,
     pipelined,
     placement_of,
     request_of,
     run_mpi,
     slowed,
+    utc_before,
     write_plan,
 )
 
@@ -45,6 +47,7 @@ def test_tuner_picks_a_faster_program_and_writes_a_plan_the_runtime_accepts(tmp_
     """The default (the only one-step program here) sleeps 20 ms a run: a measured program beats it beyond noise."""
     plan, request, programs = _small_plan(tmp_path)
     out = tmp_path / "tuned.json"
+    before = utc_before()
     job = run_mpi(ranks, ["-c", slowed("{1: 0.02}"), str(plan), "--out", str(out), "--top", "3",
                           "--warmup", "1", "--iters", "2", "--repeats", "8"], timeout=180)
     assert job.returncode == 0, job.stderr
@@ -69,6 +72,7 @@ def test_tuner_picks_a_faster_program_and_writes_a_plan_the_runtime_accepts(tmp_
     assert medians == sorted(medians)
     assert len(entry["programs"]) == len(programs)
     assert doc["tuned"]["timing"] == {"warmup": 1, "iters": 2, "repeats": 8, "order": "interleaved"}
+    assert_run_record({k: doc["tuned"][k] for k in ("p2synth", "commit", "dirty", "started_at", "ended_at")}, before)
     # the refitted hierarchy loads, with figures for both levels
     h = Hierarchy.model_validate_json(out.with_suffix(".hierarchy.json").read_text())
     assert doc["tuned"]["hierarchy_file"] == str(out.with_suffix(".hierarchy.json"))

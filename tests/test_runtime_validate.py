@@ -11,7 +11,7 @@ import json
 import pytest
 
 from p2synth.hierarchies import Collective, Program, default_program
-from tests.runtime_support import SMALL, all_programs, request_of, run_mpi, slowed, write_plan
+from tests.runtime_support import SMALL, all_programs, assert_run_record, request_of, run_mpi, slowed, utc_before, write_plan
 
 pytestmark = [pytest.mark.mpi]
 RANKS = 4
@@ -40,6 +40,7 @@ def _validate(tuned, out, delays):
 def test_a_pick_that_stays_faster_is_confirmed(tmp_path):
     tuned, pick, default = _tuned(tmp_path)
     out = tmp_path / "validated.json"
+    before = utc_before()
     job = _validate(tuned, out, "{1: 0.02}")  # the same world as the tuning run: the default is slow
     assert job.returncode == 0, job.stderr
     doc = json.loads(out.read_text())
@@ -51,6 +52,7 @@ def test_a_pick_that_stays_faster_is_confirmed(tmp_path):
     assert v["confirmed"] is True and v["loss_5pct"] is False and v["pick_over_default"] < 0.7
     assert doc["validated"]["requests"] == 1 and doc["validated"]["confirmed"] == 1 and doc["validated"]["losses_5pct"] == 0
     assert doc["validated"]["timing"]["order"] == "interleaved, reversed"
+    assert_run_record({k: doc["validated"][k] for k in ("p2synth", "commit", "dirty", "started_at", "ended_at")}, before)
     assert "LOSS" not in job.stdout and "confirmed" in job.stdout
 
 
