@@ -10,6 +10,9 @@
         --jobs dp4-pp2-tp2-t128k,dp2-pp2-tp4-t128k,dp2-pp4-tp2-t128k
     # post hoc: the recorded measurements against this checkout's predictions (each job planned again)
     python -m scripts.bench_step --from-raw docs/measurements/step/step16.raw.json --repredict
+    # post hoc: the programs that ran, priced on another hierarchy of the testbed's shape (other latencies, say)
+    python -m scripts.bench_step --from-raw docs/measurements/step/step16b.raw.json \
+        --reprice docs/measurements/step/reprice/2x4x2-latency-every-pair.json
 
 ``--frozen`` refuses to start unless the model's code is committed and records
 its commit (``model``); each job's plan, with every placement's prediction, is
@@ -165,6 +168,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repredict", action="store_true",
                    help="with --from-raw: replace every prediction with this checkout's (each job planned again on its "
                         "recorded calibrated hierarchy) and score those against the recorded measurements; post hoc")
+    p.add_argument("--reprice", type=Path, metavar="HIERARCHY",
+                   help="with --from-raw: price every placement's recorded programs (those that ran) again on this "
+                        "hierarchy instead of the recorded calibrated one (same levels), with this checkout's step "
+                        "model, and score those predictions against the recorded measurements; post hoc")
     p.add_argument("--testbeds", type=_names(tuple(TESTBEDS), "testbed"), default=DEFAULT_TESTBEDS,
                    help=f"comma-separated, of {', '.join(TESTBEDS)} (default {', '.join(DEFAULT_TESTBEDS)})")
     p.add_argument("--jobs", type=_names(tuple(JOBS), "job"), default=tuple(JOBS),
@@ -181,6 +188,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError("give --out (to measure) or --from-raw (to print measured tables), not both")
     if args.repredict and args.from_raw is None:
         raise UsageError("--repredict needs --from-raw: it re-plans recorded jobs; drop it when measuring")
+    if args.reprice is not None and (args.from_raw is None or args.repredict):
+        raise UsageError("--reprice needs --from-raw and not --repredict: it prices recorded programs again")
     if args.rounds < 3 or args.warmup < 0:
         raise UsageError("--rounds must be at least 3 and --warmup at least 0")
     for name in args.testbeds if args.out is not None else ():
@@ -251,6 +260,44 @@ def repredicted(raw: dict, workdir: Path) -> dict:
                 if new is None:
                     raise UsageError(f"{where}: placement {p['description']} is not in the new plan")
                 p["predicted"], p["sum_s"] = new["step"], new["total_s"]
+    return out
+
+
+def load_hierarchy(path: Path) -> Hierarchy:
+    """The hierarchy file at `path`; UsageError, one line, when it does not load."""
+    try:
+        return Hierarchy.model_validate_json(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--reprice: cannot load hierarchy {path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def repriced(raw: dict, hierarchy: Hierarchy) -> dict:
+    """`raw` with every placement's prediction replaced by what this checkout's step model predicts for the programs
+    that ran (the recorded plan's, :func:`p2synth.solver.steptime.planned_step_time`) on `hierarchy` instead of the
+    recorded one. The measurements stay as recorded: post hoc, never a held-out figure. UsageError when `hierarchy`'s
+    levels (names and counts) differ from a recorded plan's."""
+    from p2synth.hierarchies.plan_file import PlanFileError, parse_plan_file
+    from p2synth.solver.steptime import planned_step_time
+
+    shape = lambda h: [(lv["name"], lv["count"]) for lv in h["levels"]]
+    new = hierarchy.model_dump(mode="json", exclude_none=True)
+    out = json.loads(json.dumps(raw))
+    for tb in out["testbeds"]:
+        for job in tb.get("jobs", []):
+            if "plan" not in job:
+                continue
+            where = f"--reprice: {tb['testbed']['name']} {job['job']}"
+            if shape(job["plan"]["hierarchy"]) != shape(new):
+                raise UsageError(f"{where}: the hierarchy's levels {shape(new)} are not the recorded "
+                                 f"{shape(job['plan']['hierarchy'])}; give one of the testbed's shape")
+            try:
+                plan = parse_plan_file({**job["plan"], "hierarchy": new})
+            except PlanFileError as e:
+                raise UsageError(f"{where}: {e}") from None
+            by_matrix = {json.dumps(e["matrix"]): i for i, e in enumerate(plan.entries)}
+            for p in job["placements"]:
+                step, total = planned_step_time(plan, by_matrix[json.dumps(p["matrix"])])
+                p["predicted"], p["sum_s"] = step.to_json(), total
     return out
 
 
@@ -478,9 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     if got is None:
         return 2
     args, raw = got
-    if args.repredict:
+    if args.repredict or args.reprice is not None:
         try:
-            raw = repredicted(raw, args.workdir)
+            raw = repredicted(raw, args.workdir) if args.repredict else repriced(raw, load_hierarchy(args.reprice))
         except UsageError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -19,7 +19,7 @@ from p2synth.hierarchies.placement import Matrix, Placement
 from p2synth.solver.search import Memo, Proof, Solution, solve
 from p2synth.hierarchies.program import NamedRequest
 from p2synth.solver.spec import Problem
-from p2synth.solver.steptime import StepTime, occurrences_of, step_time
+from p2synth.solver.steptime import Chosen, StepTime, occurrences_of, step_time
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,16 @@ def plan_placement(problem: Problem, matrix: Matrix, max_steps: int, top: int | 
     )
     step = problem.spec.step
     return PlacementResult(placement, requests,
-                           None if step is None else step_time(step, placement, occurrences_of(step, placement, requests,
+                           None if step is None else step_time(step, placement, occurrences_of(step, placement,
+                                                                                           chosen_of(requests),
                                                                                            problem.spec.cost_model)))
+
+
+def chosen_of(requests: tuple[RequestResult, ...]) -> list[Chosen]:
+    """Each request with the program the step runs: its proved-best, or without one the default at the best's price
+    (inf)."""
+    runs = lambda s: s.best if s.best is not None else s.default
+    return [Chosen(r.named, runs(r.solution).program, r.best_s) for r in requests]
 
 
 def rank_plans(plans: list[PlacementResult], unsolved: list[Matrix]) -> SweepResult:

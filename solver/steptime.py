@@ -48,7 +48,8 @@ from dataclasses import dataclass
 
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
-from p2synth.hierarchies.program import Program
+from p2synth.hierarchies.plan_file import PlanFile
+from p2synth.hierarchies.program import NamedRequest, Program
 from p2synth.hierarchies.step import Part, Pass, Role, Schedule, StepSpec, request_part, stage_ops
 from p2synth.solver.models import CostModelKind, program_cost
 
@@ -265,10 +266,20 @@ def one_way(placement: Placement) -> Placement:
     return Placement(Hierarchy.model_validate({**h.model_dump(), "levels": levels}), placement.axes, placement.matrix)
 
 
-def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostModelKind) -> list[Occurrence]:
-    """The `requests` (planner results: ``named`` and ``solution``) of one placement as the model's occurrences.
+@dataclass(frozen=True)
+class Chosen:
+    """A request of the step, the program it runs, and that program's predicted seconds on the whole placement (as
+    planned: inf for a request the planner found no program for)."""
 
-    Each runs its proved-best program, priced (cost model `kind`) where it runs
+    named: NamedRequest
+    program: Program
+    seconds: float
+
+
+def occurrences_of(step: StepSpec, placement: Placement, chosen: list[Chosen], kind: CostModelKind) -> list[Occurrence]:
+    """The `chosen` programs of one placement's requests as the model's occurrences.
+
+    Each is priced (cost model `kind`) where it runs
     in the step: a layer request inside one stage's pass, so on :func:`stage_view`,
     and with every stage's groups at once as planned (``shared_seconds``); a pipeline send one way,
     from one stage to the next, so on :func:`one_way`; the others as planned
@@ -277,11 +288,9 @@ def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostMod
     """
     pipeline = step.axis_index(Role.PIPELINE, placement.axes)
     out = []
-    for r in requests:
-        named, best = r.named, r.solution.best
+    for c in chosen:
+        named, program, seconds, shared = c.named, c.program, c.seconds, None
         part = request_part(step, placement.axes, named.request)
-        program = best.program if best is not None else r.solution.default.program
-        seconds, shared = r.best_s, None
         if pipeline is not None and placement.axes[pipeline].size > 1 and part is Part.LAYER:
             seconds = program_cost(stage_view(placement, pipeline), named.request, program, named.message_bytes, kind)
             shared = program_cost(placement, named.request, program, named.message_bytes, kind)
@@ -289,3 +298,21 @@ def occurrences_of(step: StepSpec, placement: Placement, requests, kind: CostMod
             seconds = program_cost(one_way(placement), named.request, program, named.message_bytes, kind)
         out.append(Occurrence(part, named.message_bytes, named.count, program, seconds, shared))
     return out
+
+
+def planned_step_time(plan: PlanFile, index: int) -> tuple[StepTime, float] | None:
+    """The step-time model's prediction for placement `index` of a plan file, each request running the program the
+    plan runs (its first), priced on the plan's hierarchy with its cost model; and the summed communication (count x
+    seconds, the plan's ``total_s``). None for a plan without a step section. On the hierarchy the plan was made on,
+    the planner's own figures (but where the plan holds no program for a request: the planner then predicts inf, this
+    prices the default); on another (a plan file whose hierarchy was replaced), what that one predicts for the same
+    programs."""
+    if plan.step is None:
+        return None
+    kind = plan.document["cost_model"]
+    planned = plan.placement(index)
+    chosen = [Chosen(r.named, r.best.program,
+                     program_cost(planned.placement, r.named.request, r.best.program, r.named.message_bytes, kind))
+              for r in planned.requests]
+    total = math.fsum(c.named.count * c.seconds for c in chosen)
+    return step_time(plan.step, planned.placement, occurrences_of(plan.step, planned.placement, chosen, kind)), total

@@ -151,12 +151,76 @@ def test_repredict_replaces_every_prediction_by_matrix_and_keeps_the_measurement
         bench_step.repredicted(raw, tmp_path)
 
 
+def test_reprice_on_the_recorded_hierarchy_gives_back_every_recorded_prediction():
+    """Priced again on the hierarchy each job was planned on, with the programs that ran, every placement's recorded
+    prediction of the fourth campaign (whose model is this checkout's) comes back, parts and summed communication:
+    the repricing is the planner's own step model."""
+    from p2synth.hierarchies.model import Hierarchy
+    from scripts.bench_step import repriced
+
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16b.raw.json").read_text())
+    checked = 0
+    for tb in raw["testbeds"]:
+        planned = [j for j in tb["jobs"] if "plan" in j]
+        if not planned:
+            continue
+        one = {**raw, "testbeds": [{**tb, "jobs": planned}]}
+        new = repriced(one, Hierarchy.model_validate(planned[0]["plan"]["hierarchy"]))
+        for job, old in zip(new["testbeds"][0]["jobs"], planned):
+            for p, q in zip(job["placements"], old["placements"]):
+                assert p["predicted"] == pytest.approx(q["predicted"], rel=1e-9, abs=1e-12), (job["job"], p["index"])
+                assert p["sum_s"] == pytest.approx(q["sum_s"], rel=1e-9) and p["measured"] == q["measured"]
+                checked += 1
+    assert checked == 21
+
+
+def test_reprice_with_loaded_latencies_moves_the_fourth_campaign_little():
+    """The fourth step campaign's programs priced with the contention probe's loaded 8-byte exchange times as the
+    levels' latencies (docs/measurements/step.md, "Latency under load, post hoc"): the figures step.md quotes."""
+    from scripts.bench_step import load_hierarchy, repriced, rows, summary
+
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16b.raw.json").read_text())
+    folder = ROOT / "docs" / "measurements" / "step" / "reprice"
+    got = {}
+    for regime in ("every-pair", "waiting"):
+        s = summary(rows(repriced(raw, load_hierarchy(folder / f"2x4x2-latency-{regime}.json"))))["2x4x2-1gbit-400mbit"]
+        got[regime] = (round(s["median_rel_error"], 3), {j: round(e, 3) for j, e in s["median_rel_error_by_job"].items()},
+                       round(s["spearman"], 3), {j: round(x, 3) for j, x in s["spearman_by_job"].items()},
+                       {j: round(x, 2) for j, x in s["best_regret_by_job"].items()})
+    jobs = ("dp4-pp2-tp2-t128k", "dp2-pp2-tp4-t128k", "dp2-pp4-tp2-t128k")
+    regret = dict(zip(jobs, (1.0, 1.04, 1.0)))
+    assert got["every-pair"] == (0.168, dict(zip(jobs, (0.168, 0.356, 0.125))), 0.929,
+                                 dict(zip(jobs, (0.429, 0.929, 0.964))), regret)
+    assert got["waiting"] == (0.179, dict(zip(jobs, (0.179, 0.394, 0.099))), 0.929,
+                              dict(zip(jobs, (0.464, 0.929, 0.929))), regret)
+    # the layer communication of tensor groups inside a node stays far below what was measured
+    every = rows(repriced(raw, load_hierarchy(folder / "2x4x2-latency-every-pair.json")))
+    inside = [r for r in every if r["placement"].split("tensor=")[1].startswith("[core")]
+    assert inside and all(r["measured"]["layer_comm_s"] > 8 * r["predicted"]["layer_comm_s"] for r in inside)
+
+
+def test_reprice_refuses_a_hierarchy_of_another_shape(tmp_path):
+    from p2synth.hierarchies.cli import UsageError
+    from p2synth.hierarchies.model import Hierarchy
+    from scripts.bench_step import repriced
+
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16b.raw.json").read_text())
+    other = Hierarchy.model_validate({"name": "t", "levels": [{"name": "node", "count": 8}, {"name": "core", "count": 2}]})
+    with pytest.raises(UsageError, match=r"^--reprice: 2x4x2-1gbit-400mbit dp4-pp2-tp2-t128k: the hierarchy's levels "):
+        repriced(raw, other)
+
+
 @pytest.mark.parametrize("argv, line", [
     ([], "error: give --out (to measure) or --from-raw"),
     (["--from-raw", "/nonexistent.json"], "error: cannot read raw measurements /nonexistent.json"),
     (["--out", "/tmp/x.json", "--jobs", "dp2-pp2-tp4"], "error: --testbeds 4x2-1gbit has 8 ranks and no job of --jobs runs on 8"),
     (["--out", "x.json", "--rounds", "2"], "error: --rounds must be at least 3"),
     (["--out", "x.json", "--repredict"], "error: --repredict needs --from-raw"),
+    (["--out", "x.json", "--reprice", "h.json"], "error: --reprice needs --from-raw and not --repredict"),
+    (["--from-raw", "docs/measurements/step/step16b.raw.json", "--repredict", "--reprice", "h.json"],
+     "error: --reprice needs --from-raw and not --repredict"),
+    (["--from-raw", "docs/measurements/step/step16b.raw.json", "--reprice", "/nonexistent.json"],
+     "error: --reprice: cannot load hierarchy /nonexistent.json"),
 ])
 def test_bad_usage_is_one_line(argv, line):
     r = subprocess.run([sys.executable, "-m", "scripts.bench_step", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
