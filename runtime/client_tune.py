@@ -33,7 +33,13 @@ gain is optimistic. ``--validate-repeats R`` (default: as many as ``--repeats``;
 0 skips) then times the default, the pick and the runner-up again in R new
 interleaved rounds, in the reverse order, and judges the pick on those alone,
 as ``runtime.validate`` does (``validation`` below). The same processes run them:
-new rounds, not a new job.
+new rounds, not a new job. Each validated program's entry also says what it costs
+the hosts' CPUs: ``cpu_s``, the CPU seconds a run takes summed over the ranks
+(``time.process_time`` around each run, every thread of the process: the
+backend's own threads too; warm-up runs included), and ``cpu_cores``, that over
+its median time (how many cores' worth it keeps busy). Where the job computes on
+the same cores (gloo on CPUs), a program that keeps more cores busy alone loses
+more of its gain inside the training step.
 
 ``TUNED`` is the plan file as ``runtime.tune`` writes it (the pick first in each
 size's programs, ``picked``, ``measured_*`` figures, ``default`` measured), so the
@@ -52,6 +58,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -199,9 +206,10 @@ def check_exact(task: SizeTask, runners: Runners, rank: int, world_size: int) ->
 
 
 def time_candidates(task: SizeTask, runners: Runners, chosen: list[int], config: TimingConfig,
-                    reverse: bool = False) -> tuple[list, list[int]]:
+                    reverse: bool = False) -> tuple[list, list[int], list[float]]:
     """Time candidates `chosen` (indices into the task's) in interleaved rounds on float32 buckets of the planned size;
-    their Measured figures and the wrong elements of each one's last timed output (collective)."""
+    their Measured figures, the wrong elements of each one's last timed output, and each one's CPU seconds a run
+    (:class:`CpuClock`) summed over the ranks (collective)."""
     import torch
     import torch.distributed as dist
 
@@ -211,19 +219,45 @@ def time_candidates(task: SizeTask, runners: Runners, chosen: list[int], config:
     order = chosen[::-1] if reverse else list(chosen)
     buffers = {i: torch.full((task.nbytes // 4,), float(n), dtype=torch.float32, device=runners.device) for i in order}
     reduce = {i: runners.reduction(task.functions[i], task.multiples[i], n) for i in order}
-    runs = [lambda i=i: reduce[i](buffers[i]) for i in order]
+    clocks = {i: CpuClock() for i in order}
+    runs = [lambda i=i: clocks[i].run(lambda: reduce[i](buffers[i])) for i in order]
     measured = interleaved(runs, runners.synchronize, TorchWorld(), config)
     by_index = dict(zip(order, measured))
     wrong = torch.tensor([int((buffers[i] != float(n)).sum()) for i in chosen], dtype=torch.int64, device=runners.device)
     dist.all_reduce(wrong)
-    return [by_index[i] for i in chosen], [int(w) for w in wrong.tolist()]
+    cpu = torch.tensor([clocks[i].per_run_s() for i in chosen], dtype=torch.float64, device=runners.device)
+    dist.all_reduce(cpu)
+    return [by_index[i] for i in chosen], [int(w) for w in wrong.tolist()], [float(c) for c in cpu.tolist()]
+
+
+@dataclass
+class CpuClock:
+    """The CPU time this process (every thread: the backend's too, gloo's among them) spends in one candidate's runs:
+    ``time.process_time`` around each, so a run's count includes its wait for the other ranks only as far as
+    that wait burns CPU."""
+
+    seconds: float = 0.0
+    runs: int = 0
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn`, adding its CPU time."""
+        t0 = time.process_time()
+        try:
+            return fn()
+        finally:
+            self.seconds += time.process_time() - t0
+            self.runs += 1
+
+    def per_run_s(self) -> float:
+        """CPU seconds a run, on average over every run so far (warm-ups included); 0 before any."""
+        return self.seconds / self.runs if self.runs else 0.0
 
 
 def tune_size(task: SizeTask, runners: Runners, config: TimingConfig, top: int, min_gain: float,
               rank: int, world_size: int) -> Outcome:
     """Check every candidate of one size exactly, time them, and pick (runtime.tune's rule)."""
     wrong = check_exact(task, runners, rank, world_size)
-    measured, timed_wrong = time_candidates(task, runners, list(range(len(task.functions))), config)
+    measured, timed_wrong, _ = time_candidates(task, runners, list(range(len(task.functions))), config)
     picked = pick([m.repeats_s for m in measured], 0, min_gain)
     return Outcome(Task(task.selection, task.nbytes, 1, top, min_gain), tuple(measured),
                    tuple(a + b for a, b in zip(wrong, timed_wrong)), picked)
@@ -235,14 +269,16 @@ def validate_size(task: SizeTask, outcome: Outcome, runners: Runners, config: Ti
     medians = [m.median_s for m in outcome.measured]
     others = sorted((i for i in range(1, len(medians)) if i != outcome.picked), key=lambda i: (medians[i], i))
     chosen = [0] + ([outcome.picked] if outcome.picked else []) + others[:1]
-    measured, wrong = time_candidates(task, runners, chosen, config, reverse=True)
+    measured, wrong, cpu = time_candidates(task, runners, chosen, config, reverse=True)
     sel = task.selection
     subset = Selection(sel.index, sel.placement, sel.request, sel.request_name, sel.message_bytes,
                        tuple(sel.candidates[i] for i in chosen))
     again = Outcome(Task(subset, task.nbytes, 1, outcome.task.top, outcome.task.min_gain), tuple(measured),
                     tuple(wrong), 0)
-    return {**verdict(again, chosen.index(outcome.picked), outcome.task.min_gain), "repeats": config.repeats,
-            "order": "reverse of the tuning rounds"}
+    judged = verdict(again, chosen.index(outcome.picked), outcome.task.min_gain)
+    for program, m, c in zip(judged["programs"], measured, cpu):
+        program.update(cpu_s=round(c, 6), cpu_cores=round(c / m.median_s, 3))
+    return {**judged, "repeats": config.repeats, "order": "reverse of the tuning rounds"}
 
 
 def tuned_plan(plan: PlanFile, outcomes: list[Outcome], validations: list[dict | None], info: dict,

@@ -141,6 +141,8 @@ def test_a_real_job_tunes_every_size_exactly_and_validates_the_pick(plan_path, t
         assert first["steps"] == picked["steps"] and first["pipeline"] == picked["pipeline"]
         roles = [p["role"] for p in request["validation"]["programs"]]
         assert roles[0] == "default" and len(request["validation"]["programs"][0]["measured_repeats_s"]) == 6
+        for p in request["validation"]["programs"]:  # 8 processes on this machine's cores: some CPU, at most all of it
+            assert 0 < p["cpu_s"] and 0 < p["cpu_cores"] <= (os.cpu_count() or 1) * 1.5, p
         assert ("pick" in roles) == (not picked["is_default"])
 
 
@@ -163,7 +165,8 @@ def test_the_pick_leaves_ddps_all_reduce_only_under_the_paired_sign_test(plan_pa
     rounds = [default, faster]
 
     def fake_time(task, runners, chosen, config, reverse=False):
-        return [Measured(tuple(rounds[i]), median_interval(rounds[i])) for i in chosen], [0] * len(chosen)
+        measured = [Measured(tuple(rounds[i]), median_interval(rounds[i])) for i in chosen]
+        return measured, [0] * len(chosen), [0.5 + i for i in chosen]
     monkeypatch.setattr(client_tune, "check_exact", lambda task, runners, rank, world: [0, 0])
     monkeypatch.setattr(client_tune, "time_candidates", fake_time)
     outcome = client_tune.tune_size(tasks[0], None, None, 1, 0.02, 0, WORLD)
@@ -171,3 +174,25 @@ def test_the_pick_leaves_ddps_all_reduce_only_under_the_paired_sign_test(plan_pa
     validation = client_tune.validate_size(tasks[0], outcome, None, client_tune.TimingConfig(repeats=9))
     assert [p["role"] for p in validation["programs"]] == (["default", "pick"] if picked else ["default", "runner-up"])
     assert validation["confirmed"] == bool(picked)
+    # each validated program's CPU cost, and the cores it keeps busy over its median time
+    medians = [1.0, 0.9]  # the candidate's median is 0.9 in every case here (it wins 7 of 9 rounds or more)
+    assert [(p["cpu_s"], p["cpu_cores"]) for p in validation["programs"]] == \
+           [(0.5, round(0.5 / medians[0], 3)), (1.5, round(1.5 / medians[1], 3))]
+
+
+def test_the_cpu_clock_counts_the_cpu_a_run_burns_not_its_waits():
+    import time
+
+    def busy(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    clock = client_tune.CpuClock()
+    assert clock.per_run_s() == 0.0
+    clock.run(lambda: busy(0.2))
+    clock.run(lambda: time.sleep(0.2))
+    assert clock.runs == 2 and 0.15 < clock.seconds < 0.35 and clock.per_run_s() == clock.seconds / 2
+    with pytest.raises(ZeroDivisionError):  # a failing run is still counted
+        clock.run(lambda: 1 / 0)
+    assert clock.runs == 3
