@@ -74,3 +74,42 @@ def test_the_model_accuracy_tool_refuses_a_plan_the_client_tuner_did_not_write_i
     assert ddp_model_accuracy.main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.endswith("not a client-tuned plan (not written by p2synth tune --client torch)\n")
+
+
+def test_the_two_checks_of_the_cause_are_what_ddp_md_says():
+    """ddp.md's "Two checks of that cause": the CPU table is the validation of ddp/cpu's tuned plan, and the piece
+    count table is what --from-raw makes of ddp/pieces' raw files (speedups, verdicts, the guards' decisions)."""
+    doc = (DOCS / "ddp.md").read_text()
+    tuned = json.loads((DOCS / "ddp" / "cpu" / "2x2x2-1gbit-400mbit.client-tuned.json").read_text())
+    for request, size in zip(tuned["placements"][0]["requests"], ("16 MiB", "32 MiB")):
+        for p in request["validation"]["programs"]:
+            name = "DDP's all-reduce (gloo's ring)" if p["role"] == "default" else \
+                f"{p['role']}: {p['program'].replace(' pieces', '')}"
+            row = f"| {size} | {name} | {p['measured_s'] * 1e3:.1f} | {p['cpu_s']:.3f} | {p['cpu_cores']:.2f} |"
+            assert row in doc, row
+    folder = DOCS / "ddp" / "pieces"
+    spec = DOCS / "ddp" / "2x2x2-1gbit-400mbit.spec.json"
+    runs = {name: bench_ddp.from_raw([folder / f"2x2x2-1gbit-400mbit.{name}.raw.json"], [spec])[0]
+            for name in ("x16-x4-x1", "x32-x64")}
+    pieces = {1: ("x16-x4-x1", "sequential"), 4: ("x16-x4-x1", "mpi"), 16: ("x16-x4-x1", "client"),
+              32: ("x32-x64", "client"), 64: ("x32-x64", "mpi")}
+    kept_names = {"plan": "program", "default": "DDP's all-reduce"}
+    for n, (run, variant) in pieces.items():
+        r = runs[run]
+        d = r["decisions"][variant]["33570816"]
+        speedup = r["default_ms"] / r[f"{variant}_ms"]
+        row = (f"| {n} | {run} | {d['plan_median_s'] * 1e3:.1f} / {d['default_median_s'] * 1e3:.1f} | "
+               f"{kept_names[d['kept']]} | {speedup:.2f} | {r['hook_vs_default'][variant]} |")
+        assert row in doc, row
+    plans = {"x16-x4-x1": ("client-tuned.json", "x4.json"), "x32-x64": ("x32.json", "x64.json")}
+    for run, (plan, mpi_plan) in plans.items():
+        raw = json.loads((folder / f"2x2x2-1gbit-400mbit.{run}.raw.json").read_text())
+        for recorded, committed in ((raw["plan"], plan), (raw["mpi_plan"], mpi_plan)):
+            if committed != "client-tuned.json":  # the run named the plans by their paths then
+                assert recorded == f"/tmp/exp/{committed}"
+                path = folder / f"2x2x2-1gbit-400mbit.{committed}"
+                changed = json.loads(path.read_text())
+                pick = changed["placements"][0]["requests"][1]["programs"][0]
+                assert pick["pipeline"] == int(committed[1:-5])
+                pick["pipeline"] = 16  # otherwise the committed client-tuned plan, unchanged
+                assert changed == json.loads((DOCS / "ddp" / "2x2x2-1gbit-400mbit.client-tuned.json").read_text())
