@@ -159,3 +159,128 @@ def test_the_job_must_have_the_plans_devices_and_ddps_group_must_be_the_reductio
 def test_importing_the_hook_module_does_not_import_torch():
     code = "import sys, p2synth.solver.exports.ddp; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+class _Torch:
+    """A fake torch for PlanHook's worker and guard on one rank: Futures, the guard's small tensors, and a
+    torch.distributed whose all_reduce records (group, async_op) and sleeps `default_s` on the guard's group."""
+
+    def __init__(self, default_s: float = 0.0):
+        import threading
+        import types
+
+        calls = self.calls = []
+        self.float64 = "float64"
+        self.futures = types.SimpleNamespace(Future=_WaitableFuture)
+        lock = threading.Lock()
+
+        def all_reduce(tensor, op=None, group=None, async_op=False):
+            import time
+
+            with lock:
+                calls.append((group, "max" if op == "MAX" else "sum", async_op))
+            if group == "guard-group" and op is None:
+                time.sleep(default_s)
+            return types.SimpleNamespace(get_future=lambda: _Future([tensor])) if async_op else None
+
+        self.distributed = types.SimpleNamespace(all_reduce=all_reduce, ReduceOp=types.SimpleNamespace(MAX="MAX"))
+
+    @staticmethod
+    def tensor(values, dtype=None):
+        import types
+
+        return types.SimpleNamespace(tolist=lambda: list(values))
+
+
+class _WaitableFuture:
+    """torch.futures.Future's part the hook's worker uses: set_result, set_exception, and wait() for the test."""
+
+    def __init__(self, devices=None):
+        import threading
+
+        self._done, self._value, self._error = threading.Event(), None, None
+
+    def set_result(self, value):
+        self._value = value
+        self._done.set()
+
+    def set_exception(self, error):
+        self._error = error
+        self._done.set()
+
+    def wait(self, timeout: float = 10.0):
+        assert self._done.wait(timeout), "the bucket was never reduced"
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class _Bucket:
+    def __init__(self, nbytes: int):
+        self._buffer = _Buffer(nbytes)
+        self._buffer.is_cuda, self._buffer.data_ptr = False, lambda: id(self._buffer)
+
+    def buffer(self):
+        return self._buffer
+
+
+def _guarded_hook(document, monkeypatch, program, default_s: float = 0.0):
+    """A PlanHook over the 1 MiB size of `document` with a 1-trial guard on a fake torch: the size's function is
+    `program`, DDP's all-reduce on the guard's group takes `default_s`."""
+    from p2synth.solver.exports.ddp import PlanHook
+    from p2synth.solver.exports.guard import Guard
+
+    torch = _Torch(default_s)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", torch.distributed)
+    plan = bucket_plan(parse_plan_file(document), 0, "grad_allreduce")
+    hook = PlanHook(plan, {"grad_allreduce_1048576": program}, mesh=None, divisor=8,
+                    guard=(Guard(1), "guard-group"), direct=(frozenset(), "direct-group"))
+    return hook, torch.calls
+
+
+def test_after_its_trials_a_size_whose_guard_kept_ddps_all_reduce_runs_it_on_the_calling_thread(document, monkeypatch):
+    """1 trial each: the plan's program (slow), then DDP's all-reduce on the guard's group, then the agreement (a MAX
+    all-reduce); the third and fourth buckets, started before the first two are done, wait for the decision and
+    run DDP's all-reduce asynchronously on the direct group from the calling thread, as a size whose pick is DDP's
+    all-reduce does."""
+    import time
+
+    ran = []
+    hook, calls = _guarded_hook(document, monkeypatch, lambda x, mesh: time.sleep(0.2) or ran.append(x) or x)
+    futures = [hook(None, _Bucket(1 << 20)) for _ in range(4)]  # the third waits here for the decision
+    assert [type(f).__name__ for f in futures] == ["_WaitableFuture", "_WaitableFuture", "_Future", "_Future"]
+    results = [f.wait() for f in futures[:2]] + [f.value() for f in futures[2:]]
+    assert calls == [("guard-group", "sum", False), ("guard-group", "max", False),
+                     ("direct-group", "sum", True), ("direct-group", "sum", True)]
+    assert len(ran) == 1 and all(r.divided_by == 8 for r in results)
+    assert (hook.reduced, hook.direct) == (4, 2) and hook.decisions()[1 << 20]["kept"] == "default"
+    hook.close()
+
+
+def test_after_its_trials_a_size_whose_guard_kept_the_plan_stays_on_the_worker(document, monkeypatch):
+    ran = []
+    hook, calls = _guarded_hook(document, monkeypatch, lambda x, mesh: ran.append(x) or x, default_s=0.2)
+    futures = [hook(None, _Bucket(1 << 20)) for _ in range(4)]
+    assert all(type(f).__name__ == "_WaitableFuture" for f in futures) and all(f.wait() for f in futures)
+    assert calls == [("guard-group", "sum", False), ("guard-group", "max", False)]
+    assert len(ran) == 3 and (hook.reduced, hook.direct) == (4, 0) and hook.decisions()[1 << 20]["kept"] == "plan"
+    hook.close()
+
+
+def test_a_failing_trial_never_leaves_a_later_bucket_waiting_for_a_decision(document, monkeypatch):
+    import threading
+
+    def broken(x, mesh):
+        raise RuntimeError("the program failed")
+
+    hook, _ = _guarded_hook(document, monkeypatch, broken)
+    first = hook(None, _Bucket(1 << 20))
+    with pytest.raises(RuntimeError, match="the program failed"):
+        first.wait()
+    later = []
+    caller = threading.Thread(target=lambda: later.extend(hook(None, _Bucket(1 << 20)) for _ in range(3)), daemon=True)
+    caller.start()
+    caller.join(10)
+    assert not caller.is_alive() and len(later) == 3
+    hook.close()

@@ -119,6 +119,10 @@ def test_the_guard_keeps_the_faster_on_every_rank_from_the_slowest_ranks_times_a
     slow = decisions[0]["136208"]
     assert min(slow["plan_s"]) > 0.3 > max(slow["default_s"])  # rank 5's delay is in the agreed (slowest) times
     assert rank_report(workdir, 0)["unguarded"] == {}
+    # each size comes 5 times: 4 trials, then the fifth by the decision; where DDP's all-reduce was kept, the fifth
+    # ran it on the calling thread
+    kept_default = sum(kept[n] == "default" for n in (136208, 16896))
+    assert all(rank_report(workdir, rank)["guard_direct"] == kept_default for rank in range(WORLD))
     for rank in range(WORLD):
         with np.load(workdir / f"params-{rank}.npz") as params:
             np.testing.assert_allclose(params["guarded"], params["default"], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}")
@@ -248,7 +252,8 @@ def rank_main(rank: int, workdir: Path) -> None:
     np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook, guarded=with_guard, direct=with_direct)
     chosen = {n: s.message_bytes for n, s in hook.chosen().items()}
     report = {"chosen": chosen, "reduced": reduced, "warned": warned.sizes, "subgroup_error": subgroup_error,
-              "guard": guarded.decisions(), "unguarded": hook.decisions(), "direct": direct.direct,
+              "guard": guarded.decisions(), "guard_direct": guarded.direct, "unguarded": hook.decisions(),
+              "direct": direct.direct,
               "direct_reduced": direct_reduced, "direct_guard": direct.decisions()}
     (workdir / f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()

@@ -32,7 +32,9 @@ With ``guard=True`` (the default) the hook guards itself
 the plan's program with DDP's own all-reduce (run on a process group of its
 own), then keeps the faster on every rank, agreed from the slowest rank's times,
 and logs the decision once per size. A plan tuned for another backend then
-costs a few buckets, never the training run.
+costs a few buckets, never the training run: where the guard keeps DDP's
+all-reduce, the size's later buckets run it as a size whose pick is DDP's
+all-reduce does, on the calling thread.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
     (None: "cpu" under gloo, else the module's default). `guard` alternates the
     plan's program with DDP's own all-reduce for the first `guard_trials` buckets
     of each size each, and keeps the faster (module docstring); a size whose
-    planned program is DDP's all-reduce runs it on the calling thread, untried. Collective: call it on
+    planned program is DDP's all-reduce runs it on the calling thread, untried, and so do a guarded size's buckets
+    after its trials where the guard kept DDP's all-reduce. Collective: call it on
     every rank, once, after ``dist.init_process_group()``. A plan that does not
     fit the job raises HookError, whose message is one line, before any
     process group is created.
@@ -92,8 +95,8 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
     guard = guard and len(direct) < len(buckets.sizes)  # some size runs a program to try
     guarded = own_group(buckets, dist.get_world_size(), dist.get_rank()) if guard else None
     # not the guard's group: the worker's collectives on it and the calling thread's could interleave differently
-    # on different ranks
-    direct_group = own_group(buckets, dist.get_world_size(), dist.get_rank()) if direct else None
+    # on different ranks; a guard may send a size here too, once it keeps DDP's all-reduce
+    direct_group = own_group(buckets, dist.get_world_size(), dist.get_rank()) if direct or guard else None
     notes = ([f"guarded: the first {guard_trials} buckets of each size also run DDP's all-reduce"] if guard else []) + (
         [f"DDP's own all-reduce on the calling thread for {', '.join(f'{b:,}' for b in sorted(direct))} bytes"]
         if direct else [])
@@ -130,8 +133,8 @@ class PlanHook:
 
     `state` is what to register it with (None: the hook keeps its own state); `reduced` counts the
     buckets reduced so far, `direct` those of them that ran DDP's own all-reduce on the calling thread (the sizes
-    of `direct`'s set, on its group); :meth:`decisions` says what the guard kept; :meth:`close` stops the worker
-    thread.
+    of `direct`'s set, and the sizes for which the guard kept it, after their trials; on `direct`'s group);
+    :meth:`decisions` says what the guard kept; :meth:`close` stops the worker thread.
     """
 
     state = None
@@ -146,6 +149,8 @@ class PlanHook:
         self.__name__ = self.__qualname__ = "p2synth_hook"  # DDP reads a hook's names, as of a function
         self._functions, self._mesh, self._divisor = functions, mesh, divisor
         self._chosen: dict[int, SizedProgram] = {}
+        self._decided: dict[int, threading.Event] = {}  # per guarded bucket size: set once the guard decided
+        self._failed = False  # a bucket failed on the worker: nothing waits for a decision any more
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work, name="p2synth-ddp-hook", daemon=True)
         self._worker.start()
@@ -154,8 +159,9 @@ class PlanHook:
         """Queue `bucket` for the worker (or, for a size that runs DDP's all-reduce, start it here); the returned
         Future completes with the reduced bucket."""
         buffer = bucket.buffer()
-        sized = self.choose(buffer.numel() * buffer.element_size())
-        if sized.message_bytes in self._direct_sizes:  # DDP's own all-reduce, as DDP's hook runs it
+        nbytes = buffer.numel() * buffer.element_size()
+        sized = self.choose(nbytes)
+        if sized.message_bytes in self._direct_sizes or self._kept_default(nbytes):  # as DDP's own hook runs it
             work = ddp_all_reduce(buffer, self._direct_group, self._divisor, async_op=True)
             return work.get_future().then(self._done_direct)
         import torch
@@ -167,6 +173,22 @@ class PlanHook:
             ready.record()
         self._jobs.put((buffer, sized, future, ready))
         return future
+
+    def _kept_default(self, nbytes: int) -> bool:
+        """Whether a guarded bucket of `nbytes` bytes runs DDP's all-reduce on the calling thread: it comes after its
+        size's trial buckets (counted, so the same bucket on every rank) and the guard kept DDP's all-reduce. Such a
+        bucket waits for the decision (the worker takes it once the trial buckets are reduced)."""
+        if self._guard is None or not self._guard.call(nbytes):
+            return False
+        self._decision(nbytes).wait()
+        return self._guard.kept(nbytes) is Reduction.DEFAULT
+
+    def _decision(self, nbytes: int) -> threading.Event:
+        """The event set once the guard decided for buckets of `nbytes` bytes (or a bucket failed on the worker)."""
+        event = self._decided.setdefault(nbytes, threading.Event())
+        if self._failed:
+            event.set()
+        return event
 
     def _done_direct(self, future: Any) -> Any:
         """The reduced bucket of a finished direct all-reduce (counted)."""
@@ -215,6 +237,9 @@ class PlanHook:
                     self.reduced += 1
                 future.set_result(buffer)
             except Exception as e:  # noqa: BLE001  (DDP raises it from the Future, in the backward pass)
+                self._failed = True  # a bucket waiting for a decision must not wait for ever
+                for event in list(self._decided.values()):
+                    event.set()
                 future.set_exception(e)
 
     def _reduce(self, buffer: Any, sized: SizedProgram) -> None:
@@ -235,6 +260,7 @@ class PlanHook:
             torch.cuda.current_stream().synchronize()
         kept = self._guard.record(nbytes, ran, time.perf_counter() - start, self._slowest)
         if kept is not None:
+            self._decision(nbytes).set()
             record = self._guard.decisions()[nbytes]
             LOG.info("p2synth DDP hook guard: %s-byte buckets keep %s (median of the slowest rank's %d trials: "
                      "plan %.4g ms, DDP's all-reduce %.4g ms)", f"{nbytes:,}",

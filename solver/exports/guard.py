@@ -11,6 +11,12 @@ rank keeps the plan's program only if its median slowest-rank time is below the
 default's; a tie keeps the default. Every rank then computes the same decision
 from the same numbers. Both reductions average the bucket, so the choice never
 changes what training computes (up to the order of float additions).
+
+Where the default is kept, the hook runs the size's later buckets as a plan that
+picked DDP's all-reduce does: on the calling thread, not the worker's. Which
+bucket is the first to go there must be the same on every rank, so it goes by
+count, not by when the decision arrives: the bucket after a size's ``2 trials``
+trial buckets (:meth:`Guard.call`) and every one after it wait for the decision.
 """
 
 from __future__ import annotations
@@ -85,14 +91,28 @@ class SizeTrials:
 
 @dataclass
 class Guard:
-    """The guard of one hook: the trials of every bucket size met so far."""
+    """The guard of one hook: the trials of every bucket size met so far, and how many buckets of each size the
+    hook was called with."""
 
     trials: int = GUARD_TRIALS
     sizes: dict[int, SizeTrials] = field(default_factory=dict)
+    calls: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError(f"guard trials must be at least 1, got {self.trials}")
+
+    def call(self, nbytes: int) -> bool:
+        """Count a call of the hook with a bucket of `nbytes` bytes; True when it comes after the size's trial
+        buckets (both kinds), so that it runs by the decision, which the caller must wait for."""
+        n = self.calls.get(nbytes, 0)
+        self.calls[nbytes] = n + 1
+        return n >= 2 * self.trials
+
+    def kept(self, nbytes: int) -> Reduction | None:
+        """What the guard kept for buckets of `nbytes` bytes; None while they are on trial."""
+        size = self.sizes.get(nbytes)
+        return None if size is None else size.kept
 
     def next(self, nbytes: int) -> Reduction:
         """What the next bucket of `nbytes` bytes runs."""
