@@ -113,3 +113,23 @@ def test_the_two_checks_of_the_cause_are_what_ddp_md_says():
                 assert pick["pipeline"] == int(committed[1:-5])
                 pick["pipeline"] = 16  # otherwise the committed client-tuned plan, unchanged
                 assert changed == json.loads((DOCS / "ddp" / "2x2x2-1gbit-400mbit.client-tuned.json").read_text())
+
+
+def test_the_guards_fallback_table_is_the_runs_before_and_after():
+    """ddp.md's "The guard's fallback": each row's speedup and verdict, before (the piece-count runs) and after (the
+    fallback run, at the commit that made it), from the raw files; the guard kept what the row says in both."""
+    doc = (DOCS / "ddp.md").read_text()
+    folder = DOCS / "ddp" / "pieces"
+    spec = DOCS / "ddp" / "2x2x2-1gbit-400mbit.spec.json"
+    run = lambda name: bench_ddp.from_raw([folder / f"2x2x2-1gbit-400mbit.{name}.raw.json"], [spec])[0]
+    before = {1: (run("x16-x4-x1"), "sequential"), 64: (run("x32-x64"), "mpi"), 16: (run("x16-x4-x1"), "client")}
+    after = run("fallback")
+    assert after["commit"].startswith("8ea5127") and after["dirty"] is False
+    after_variant = {1: "sequential", 64: "mpi", 16: "client"}
+    cell = lambda r, v: f"{r['default_ms'] / r[f'{v}_ms']:.2f}, {r['hook_vs_default'][v]}"
+    for pieces, (old, variant) in before.items():
+        kept = {r["decisions"][v]["33570816"]["kept"] for r, v in ((old, variant), (after, after_variant[pieces]))}
+        assert len(kept) == 1
+        name = {"plan": "program", "default": "DDP's all-reduce"}[kept.pop()]
+        row = f"| {pieces} | {name} | {cell(old, variant)} | {cell(after, after_variant[pieces])} |"
+        assert row in doc, row
