@@ -246,21 +246,26 @@ def repredicted(raw: dict, workdir: Path) -> dict:
     held-out figure. A job recorded without a plan (it failed to plan) is left as it is. UsageError when a job does
     not plan again, or its new plan lacks a recorded placement."""
     out = json.loads(json.dumps(raw))
-    for tb in out["testbeds"]:
-        for job in tb.get("jobs", []):
-            if "plan" not in job:
-                continue
-            where = f"--repredict: {tb['testbed']['name']} {job['job']}"
-            plan, error = plan_job(spec_of_plan(job["plan"]), workdir)
-            if plan is None:
-                raise UsageError(f"{where}: {error}")
-            by_matrix = {json.dumps(p["matrix"]): p for p in plan["placements"]}
-            for p in job["placements"]:
-                new = by_matrix.get(json.dumps(p["matrix"]))
-                if new is None:
-                    raise UsageError(f"{where}: placement {p['description']} is not in the new plan")
-                p["predicted"], p["sum_s"] = new["step"], new["total_s"]
+    for where, job in planned_jobs(out, "--repredict"):
+        plan, error = plan_job(spec_of_plan(job["plan"]), workdir)
+        if plan is None:
+            raise UsageError(f"{where}: {error}")
+        by_matrix = {json.dumps(p["matrix"]): p for p in plan["placements"]}
+        for p in job["placements"]:
+            new = by_matrix.get(json.dumps(p["matrix"]))
+            if new is None:
+                raise UsageError(f"{where}: placement {p['description']} is not in the new plan")
+            p["predicted"], p["sum_s"] = new["step"], new["total_s"]
     return out
+
+
+def planned_jobs(raw: dict, option: str):
+    """Every recorded job of `raw` that has a plan (a job that failed to plan has none), with the label its errors
+    start with: `option`, the testbed and the job."""
+    for tb in raw["testbeds"]:
+        for job in tb.get("jobs", []):
+            if "plan" in job:
+                yield f"{option}: {tb['testbed']['name']} {job['job']}", job
 
 
 def load_hierarchy(path: Path) -> Hierarchy:
@@ -282,22 +287,18 @@ def repriced(raw: dict, hierarchy: Hierarchy) -> dict:
     shape = lambda h: [(lv["name"], lv["count"]) for lv in h["levels"]]
     new = hierarchy.model_dump(mode="json", exclude_none=True)
     out = json.loads(json.dumps(raw))
-    for tb in out["testbeds"]:
-        for job in tb.get("jobs", []):
-            if "plan" not in job:
-                continue
-            where = f"--reprice: {tb['testbed']['name']} {job['job']}"
-            if shape(job["plan"]["hierarchy"]) != shape(new):
-                raise UsageError(f"{where}: the hierarchy's levels {shape(new)} are not the recorded "
-                                 f"{shape(job['plan']['hierarchy'])}; give one of the testbed's shape")
-            try:
-                plan = parse_plan_file({**job["plan"], "hierarchy": new})
-            except PlanFileError as e:
-                raise UsageError(f"{where}: {e}") from None
-            by_matrix = {json.dumps(e["matrix"]): i for i, e in enumerate(plan.entries)}
-            for p in job["placements"]:
-                step, total = planned_step_time(plan, by_matrix[json.dumps(p["matrix"])])
-                p["predicted"], p["sum_s"] = step.to_json(), total
+    for where, job in planned_jobs(out, "--reprice"):
+        if shape(job["plan"]["hierarchy"]) != shape(new):
+            raise UsageError(f"{where}: the hierarchy's levels {shape(new)} are not the recorded "
+                             f"{shape(job['plan']['hierarchy'])}; give one of the testbed's shape")
+        try:
+            plan = parse_plan_file({**job["plan"], "hierarchy": new})
+        except PlanFileError as e:
+            raise UsageError(f"{where}: {e}") from None
+        by_matrix = {json.dumps(e["matrix"]): i for i, e in enumerate(plan.entries)}
+        for p in job["placements"]:
+            step, total = planned_step_time(plan, by_matrix[json.dumps(p["matrix"])])
+            p["predicted"], p["sum_s"] = step.to_json(), total
     return out
 
 
