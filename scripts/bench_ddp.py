@@ -32,7 +32,8 @@ loss against fixed targets, plain SGD. Each variant gets its own
 
 The hook variants run ``p2synth_hook``'s guard (``--guard on``, the default: for its first buckets of each size the
 hook also times DDP's all-reduce and keeps the faster) or not (``--guard off``); rank 0's ``hook.decisions()`` of
-each hook variant, after the last round, go into the raw file.
+each hook variant, after the last round, go into the raw file, and its bucket counts (``hook_buckets``: reduced, and
+of those run by DDP's all-reduce on the calling thread, ``direct``; every round's runs and the untimed ones).
 
 After a warm-up round that is not recorded (the default variant first), round ``r`` (``--rounds``, default 9) runs
 every variant once, the order rotated by ``r``. A run resets the parameters to the same initial values, runs
@@ -164,6 +165,15 @@ def hook_decisions(hook) -> dict[str, dict]:
     a hook without ``decisions()`` or a guard)."""
     decided = getattr(hook, "decisions", lambda: {})()
     return {str(n): decided[n] for n in sorted(decided, key=int)}
+
+
+def hook_buckets(hook) -> dict[str, int] | None:
+    """How many buckets `hook` reduced (``reduced``) and how many of them ran DDP's all-reduce on the calling thread
+    (``direct``: a size whose pick is DDP's all-reduce, or whose guard kept it after its trials); None for a hook
+    that does not count them."""
+    if not hasattr(hook, "reduced") or not hasattr(hook, "direct"):
+        return None
+    return {"reduced": hook.reduced, "direct": hook.direct}
 
 
 def sequential_plan(plan: dict) -> dict:
@@ -358,6 +368,7 @@ def measure(args, rank: int, world: int) -> dict | None:
         models, hooks = build_variants(args, variants, Path(tmp))
         runs = run_rounds(models, args, rank)
     decisions = {v.value: hook_decisions(hook) for v, hook in hooks.items()}
+    counted = {v.value: hook_buckets(hook) for v, hook in hooks.items()}
     buckets = ddp_bucket_bytes(models[Variant.DEFAULT])
     dist.destroy_process_group()
     if rank != 0:
@@ -371,7 +382,8 @@ def measure(args, rank: int, world: int) -> dict | None:
                                            "grad_bytes": grad_bytes},
             "bucket_cap_mb": args.bucket_mib, "bucket_bytes": buckets, "warmup": args.warmup, "steps": args.steps,
             "rounds": args.rounds, "variants": [v.value for v in variants], "params_check": "elementwise",
-            "params_rtol": PARAMS_RTOL, "params_atol": PARAMS_ATOL, "decisions": decisions, "runs": runs}
+            "params_rtol": PARAMS_RTOL, "params_atol": PARAMS_ATOL, "decisions": decisions, "hook_buckets": counted,
+            "runs": runs}
 
 
 # --- the all-reduce's bound speedup (module docstring) ---------------------------------------------------------
@@ -505,6 +517,8 @@ def case_record(raw: dict, bound: float | None = None) -> dict:
     record["bound_speedup"] = bound
     record["bucket_bytes"] = raw.get("bucket_bytes")
     record["decisions"] = raw.get("decisions", {})
+    if raw.get("hook_buckets"):  # raw files before it have none
+        record["hook_buckets"] = raw["hook_buckets"]
     record.update(params_fields(raw))
     return record
 
@@ -587,6 +601,10 @@ def notes(records: list[dict]) -> list[str]:
             if decided:
                 said = "; ".join(f"{n} bytes: {json.dumps(d, sort_keys=True)}" for n, d in decided.items())
                 lines.append(f"  - {v} hook's guard (rank 0): {said}")
+        for v, counted in r.get("hook_buckets", {}).items():
+            if counted:
+                lines.append(f"  - {v} hook (rank 0): {counted['reduced']} buckets reduced, {counted['direct']} of them "
+                             "by DDP's all-reduce on the calling thread")
     return lines
 
 

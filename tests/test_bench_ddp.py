@@ -415,6 +415,7 @@ def test_without_torch_a_measurement_is_one_line(tmp_path, capsys, monkeypatch):
 STAND_IN = """
 import sys, scripts.bench_ddp as b
 class Decided:
+    reduced, direct = 7, 2
     def decisions(self):
         return {4096: {"kept": "plan"}}
 def attach(model, plan_path, placement, request, guard=True):
@@ -444,6 +445,7 @@ def test_the_training_loop_runs_every_variant_in_every_round_with_the_same_param
     assert re.fullmatch(r"[0-9a-f]{40}", data["commit"]) and data["started_at"] <= data["ended_at"]
     assert sum(data["bucket_bytes"]) == data["model"]["grad_bytes"]
     assert data["decisions"] == {"client": {"4096": {"kept": "plan"}}, "sequential": {"4096": {"kept": "plan"}}}
+    assert data["hook_buckets"] == {v: {"reduced": 7, "direct": 2} for v in ("client", "sequential")}
     variants = [Variant.DEFAULT, Variant.CLIENT, Variant.SEQUENTIAL, Variant.TORCH_HOOK]
     assert [(r["round"], r["variant"]) for r in data["runs"]] == [
         (r, v.value) for r in range(3) for v in bench_ddp.round_order(variants, r)]
@@ -451,3 +453,14 @@ def test_the_training_loop_runs_every_variant_in_every_round_with_the_same_param
     assert all(r["params_tol_share"] < 0.01 and r["started_at"] >= data["started_at"] for r in data["runs"])
     assert bench_ddp.case_record(data)["params_match"]
 
+
+
+def test_the_hooks_bucket_counts_are_said_under_the_table_where_recorded():
+    """A raw file with rank 0's bucket counts gets one line per counted hook under the table; one without them (every
+    raw file before the counts) gets none, so the committed tables rebuild as they were."""
+    with_counts = {**raw_case("c", {"default": 1.0, "client": 0.8}),
+                   "hook_buckets": {"client": {"reduced": 64, "direct": 58}}}
+    lines = bench_ddp.notes([bench_ddp.case_record(with_counts)])
+    assert "  - client hook (rank 0): 64 buckets reduced, 58 of them by DDP's all-reduce on the calling thread" in lines
+    without = bench_ddp.notes([bench_ddp.case_record(raw_case("c", {"default": 1.0, "client": 0.8}))])
+    assert not any("buckets reduced" in line for line in without)
