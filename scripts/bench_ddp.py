@@ -22,7 +22,9 @@ loss against fixed targets, plain SGD. Each variant gets its own
 
 * ``default``: no hook, DDP's own all-reduce (averaged);
 * ``client``: the p2synth hook with ``--plan``, the plan tuned on the backend the client trains with
-  (``--placement``, ``--request``);
+  (``--placement``, ``--request``), attached as ``register_p2synth_hook`` attaches it: not at all where the plan
+  keeps DDP's all-reduce for every size (then the variant runs DDP's built-in all-reduce, and its hook's bucket counts
+  are null);
 * ``mpi``: the same hook with ``--mpi-plan``, the plan tuned with Open MPI (``runtime.tune``); only with ``--mpi-plan``;
 * ``sequential``: the hook with every program of ``--plan`` forced to one piece (``pipeline`` 1); only when
   ``--variants`` names it;
@@ -151,13 +153,13 @@ SLOWER, FASTER, WITHIN = "slower beyond noise", "faster beyond noise", "within n
 # --- the p2synth hook: the one place that calls its API ---------------------------------------------------------
 
 def attach_p2synth_hook(model, plan_path: Path, placement: int, request: str, guard: bool = True):
-    """Register the p2synth hook for `plan_path` on the DDP `model` (collective: every rank, in the same order); the
-    hook. ``guard=`` is passed only to turn the guard off, so a hook without the parameter still runs guarded."""
-    from p2synth.solver.exports.ddp import p2synth_hook
+    """Attach the p2synth hook for `plan_path` to the DDP `model` as a user would (``register_p2synth_hook``;
+    collective: every rank, in the same order); the hook, or None where the plan keeps DDP's all-reduce for every
+    size and so attaches none. ``guard=`` is passed only to turn the guard off."""
+    from p2synth.solver.exports.ddp import register_p2synth_hook
 
-    hook = p2synth_hook(plan_path, placement=placement, request=request, **({} if guard else {"guard": False}))
-    model.register_comm_hook(hook.state, hook)
-    return hook
+    return register_p2synth_hook(model, plan_path, placement=placement, request=request,
+                                 **({} if guard else {"guard": False}))
 
 
 def hook_decisions(hook) -> dict[str, dict]:

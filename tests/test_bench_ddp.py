@@ -339,25 +339,20 @@ def test_the_hooks_decisions_are_keyed_by_size_in_order_and_empty_without_a_guar
 
 
 @pytest.mark.parametrize(("guard", "passed"), [(True, {}), (False, {"guard": False})])
-def test_the_guard_is_passed_to_the_hook_only_to_turn_it_off(monkeypatch, guard, passed):
+def test_the_hook_is_attached_as_a_user_would_and_the_guard_passed_only_to_turn_it_off(monkeypatch, guard, passed):
+    """bench_ddp attaches the hook with register_p2synth_hook (which leaves DDP's built-in all-reduce where the plan
+    keeps it everywhere), passing guard= only to turn the guard off."""
     from p2synth.solver.exports import ddp
 
     calls = []
 
-    class Hook:
-        state = "state"
+    def fake_register(model, plan, placement, request, **kwargs):
+        calls.append((model, plan, placement, request, kwargs))
+        return "hook"
 
-    def fake_hook(plan, placement, request, **kwargs):
-        calls.append((plan, placement, request, kwargs))
-        return Hook()
-
-    class Model:
-        def register_comm_hook(self, state, hook):
-            calls.append((state, type(hook).__name__))
-
-    monkeypatch.setattr(ddp, "p2synth_hook", fake_hook)
-    hook = bench_ddp.attach_p2synth_hook(Model(), Path("plan.json"), 1, "grad_allreduce", guard)
-    assert isinstance(hook, Hook) and calls == [(Path("plan.json"), 1, "grad_allreduce", passed), ("state", "Hook")]
+    monkeypatch.setattr(ddp, "register_p2synth_hook", fake_register)
+    hook = bench_ddp.attach_p2synth_hook("model", Path("plan.json"), 1, "grad_allreduce", guard)
+    assert hook == "hook" and calls == [("model", Path("plan.json"), 1, "grad_allreduce", passed)]
 
 
 def test_the_checkout_state_is_its_commit_and_whether_tracked_files_changed(tmp_path):

@@ -284,3 +284,52 @@ def test_a_failing_trial_never_leaves_a_later_bucket_waiting_for_a_decision(docu
     caller.join(10)
     assert not caller.is_alive() and len(later) == 3
     hook.close()
+
+
+def _fake_dist(monkeypatch, world: int = 8):
+    import types
+
+    fake = types.ModuleType("torch.distributed")
+    fake.is_initialized = lambda: True
+    fake.get_world_size, fake.get_rank = (lambda group=None: world), (lambda group=None: 0)
+    fake.get_process_group_ranks = lambda group: list(range(world))
+    fake.group = types.SimpleNamespace(WORLD="world")
+    torch = types.ModuleType("torch")
+    torch.distributed = fake
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+
+
+class _Model:
+    def __init__(self):
+        self.hooks = []
+
+    def register_comm_hook(self, state, hook):
+        self.hooks.append((state, hook))
+
+
+def test_a_plan_that_keeps_ddps_all_reduce_for_every_size_attaches_no_hook(document, monkeypatch):
+    """Every size's program the default: register_p2synth_hook checks the plan against the job, attaches nothing
+    (DDP keeps its built-in all-reduce) and returns None; with one size running a program it attaches
+    p2synth_hook's hook, with the options passed on."""
+    import p2synth.solver.exports.ddp as ddp
+
+    _fake_dist(monkeypatch)
+    keeps = copy.deepcopy(document)
+    for request in keeps["placements"][0]["requests"]:
+        if request["name"].startswith("grad_allreduce"):
+            request["programs"] = [dict(request["default"])]
+    model = _Model()
+    assert ddp.register_p2synth_hook(model, parse_plan_file(keeps), request="grad_allreduce") is None
+    assert model.hooks == []
+    made = []
+    monkeypatch.setattr(ddp, "p2synth_hook", lambda *a, **k: made.append((a, k)) or _StubHook())
+    hook = ddp.register_p2synth_hook(model, parse_plan_file(document), request="grad_allreduce", guard=False)
+    assert model.hooks == [(None, hook)] and made[0][1] == {"guard": False}
+    _fake_dist(monkeypatch, world=4)
+    with pytest.raises(HookError, match="^the plan.s placement 0 is for 8 devices, but the job has world size 4; "):
+        ddp.register_p2synth_hook(_Model(), parse_plan_file(keeps), request="grad_allreduce")
+
+
+class _StubHook:
+    state = None

@@ -73,6 +73,8 @@ def job(tmp_path_factory) -> tuple[dict, Path]:
     workdir = tmp_path_factory.mktemp("ddp-hook")
     plan = write_plan(workdir / "plan.json")
     (workdir / "plan-default.json").write_text(json.dumps(default_first(plan, "grad_allreduce_16896")))
+    everywhere = default_first(default_first(plan, "grad_allreduce_16896"), "grad_allreduce_1048576")
+    (workdir / "plan-all-default.json").write_text(json.dumps(everywhere))
     command = [sys.executable, "-m", "tests.test_ddp_torch", str(workdir)]
     try:
         done = subprocess.run(command, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
@@ -141,6 +143,16 @@ def test_a_size_whose_pick_is_ddps_all_reduce_runs_it_on_the_calling_thread(job)
             np.testing.assert_allclose(params["direct"], params["default"], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}")
 
 
+def test_a_plan_that_keeps_ddps_all_reduce_everywhere_attaches_no_hook_and_trains_as_ddp_does(job):
+    """plan-all-default.json ranks DDP's all-reduce first for both sizes: register_p2synth_hook attaches nothing, so
+    the run is DDP's default, to the bit."""
+    _, workdir = job
+    for rank in range(WORLD):
+        assert rank_report(workdir, rank)["registered"] == ["NoneType"]
+        with np.load(workdir / f"params-{rank}.npz") as params:
+            np.testing.assert_array_equal(params["builtin"], params["default"], err_msg=f"rank {rank}")
+
+
 def test_every_bucket_ran_a_planned_program_and_each_unplanned_size_is_logged_once(job):
     _, workdir = job
     for rank in range(WORLD):
@@ -181,10 +193,11 @@ class Warnings(logging.Handler):
         self.sizes.append(int(record.args[1].replace(",", "")))
 
 
-def train(rank: int, hook, reduced: list[int]) -> np.ndarray:
+def train(rank: int, hook, reduced: list[int], register: Path | None = None) -> np.ndarray:
     """Train the same model from the same start for STEPS steps; the flat parameters before and after each step.
 
-    With a p2synth `hook`, `reduced` gets the number of buckets it reduced in each step.
+    With a p2synth `hook`, `reduced` gets the number of buckets it reduced in each step. With a plan to `register`,
+    ``register_p2synth_hook`` attaches its hook (or none), and `reduced` gets what it returned's type name.
     """
     import torch
     from torch.nn.parallel import DistributedDataParallel
@@ -195,6 +208,10 @@ def train(rank: int, hook, reduced: list[int]) -> np.ndarray:
     ddp = DistributedDataParallel(model, bucket_cap_mb=BUCKET_CAP_MB)
     if hook is not None:
         ddp.register_comm_hook(None, hook)
+    if register is not None:
+        from p2synth.solver.exports.ddp import register_p2synth_hook
+
+        reduced.append(type(register_p2synth_hook(ddp, register, request="grad_allreduce")).__name__)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     data = torch.Generator().manual_seed(1000 + rank)  # every rank its own batches
     flat = [torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()]
@@ -243,18 +260,21 @@ def rank_main(rank: int, workdir: Path) -> None:
     direct, direct_reduced = p2synth_hook(workdir / "plan-default.json", request="grad_allreduce"), []
     with_direct = train(rank, direct, direct_reduced)
     direct.close()
+    registered: list = []
+    with_builtin = train(rank, None, registered, register=workdir / "plan-all-default.json")
     subgroup, _ = dist.new_subgroups(4)
     try:
         p2synth_hook(workdir / "plan.json", request="grad_allreduce", process_group=subgroup)
         subgroup_error = None
     except ValueError as e:
         subgroup_error = f"{type(e).__name__}: {e}"
-    np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook, guarded=with_guard, direct=with_direct)
+    np.savez(workdir / f"params-{rank}.npz", default=default, hook=with_hook, guarded=with_guard, direct=with_direct,
+             builtin=with_builtin)
     chosen = {n: s.message_bytes for n, s in hook.chosen().items()}
     report = {"chosen": chosen, "reduced": reduced, "warned": warned.sizes, "subgroup_error": subgroup_error,
               "guard": guarded.decisions(), "guard_direct": guarded.direct, "unguarded": hook.decisions(),
               "direct": direct.direct,
-              "direct_reduced": direct_reduced, "direct_guard": direct.decisions()}
+              "direct_reduced": direct_reduced, "direct_guard": direct.decisions(), "registered": registered}
     (workdir / f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()
 

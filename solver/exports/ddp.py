@@ -105,6 +105,34 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
                     (Guard(guard_trials), guarded) if guard else None, (direct, direct_group))
 
 
+def register_p2synth_hook(model: Any, plan: PlanFile | str | Path, placement: int = 0, request: str | None = None,
+                          process_group: Any = None, **options: Any) -> "PlanHook | None":
+    """Attach the hook of :func:`p2synth_hook` (`options`: its `device_type`, `guard`, `guard_trials`) to the
+    DistributedDataParallel `model`, and return it; or, where every planned size's program is DDP's own all-reduce
+    (what the client tuner writes where no program beat it), attach nothing and return None. DDP's built-in
+    all-reduce then runs, which a Python hook cannot match: DDP scales the gradients as it copies them into a bucket,
+    while a hook must divide the bucket in a pass of its own. The plan is checked against the job either way
+    (HookError, one line). Collective: call it on every rank, once, after ``dist.init_process_group()``."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise HookError("torch.distributed is not initialized: call dist.init_process_group() before attaching the hook")
+    try:
+        plan_file = plan if isinstance(plan, PlanFile) else load_plan_file(plan)
+        buckets = bucket_plan(plan_file, placement, request)
+    except PlanFileError as e:
+        raise HookError(str(e)) from None
+    group = process_group if process_group is not None else dist.group.WORLD
+    check_world(buckets, dist.get_world_size(), dist.get_rank(), tuple(dist.get_process_group_ranks(group)))
+    if all(buckets.runs_default(s) for s in buckets.sizes):
+        LOG.info("p2synth DDP hook: %s; every size runs DDP's own all-reduce: DDP keeps its built-in one, no hook",
+                 buckets.describe())
+        return None
+    hook = p2synth_hook(plan_file, placement, request, process_group, **options)
+    model.register_comm_hook(hook.state, hook)
+    return hook
+
+
 def own_group(buckets: BucketPlan, world_size: int, rank: int) -> Any:
     """A new process group of the ranks `rank` reduces with (the guard's, and the client tuner's DDP all-reduce);
     collective over the world: every rank creates every reduction group, in the same order, and keeps its own."""
