@@ -133,3 +133,15 @@ def test_the_guards_fallback_table_is_the_runs_before_and_after():
         name = {"plan": "program", "default": "DDP's all-reduce"}[kept.pop()]
         row = f"| {pieces} | {name} | {cell(old, variant)} | {cell(after, after_variant[pieces])} |"
         assert row in doc, row
+
+
+@pytest.mark.parametrize("name", ["direct", "register"])
+def test_the_4x2_repeats_are_rebuilt_from_their_raw_files(tmp_path, name):
+    """ddp.md's "Repeats on 4x2": each table and its notes are what --from-raw makes of its raw file; the client
+    variant ran on the direct path in the first (every bucket) and attached no hook in the second."""
+    raw = DOCS / "ddp" / "repeat" / f"4x2-1gbit.{name}.raw.json"
+    md = tmp_path / "repeat.md"
+    assert bench_ddp.main(["--from-raw", str(raw), "--markdown", str(md)]) == 0
+    assert md.read_text().strip() in (DOCS / "ddp.md").read_text()
+    counted = json.loads(raw.read_text())["hook_buckets"]
+    assert counted["client"] == ({"reduced": 139, "direct": 139} if name == "direct" else None)
