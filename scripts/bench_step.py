@@ -295,8 +295,12 @@ def repriced(raw: dict, hierarchy: Hierarchy) -> dict:
             plan = parse_plan_file({**job["plan"], "hierarchy": new})
         except PlanFileError as e:
             raise UsageError(f"{where}: {e}") from None
+        if plan.step is None:
+            raise UsageError(f"{where}: the recorded plan has no step section to price")
         by_matrix = {json.dumps(e["matrix"]): i for i, e in enumerate(plan.entries)}
         for p in job["placements"]:
+            if json.dumps(p["matrix"]) not in by_matrix:
+                raise UsageError(f"{where}: placement {p['description']} is not in the recorded plan")
             step, total = planned_step_time(plan, by_matrix[json.dumps(p["matrix"])])
             p["predicted"], p["sum_s"] = step.to_json(), total
     return out

@@ -309,7 +309,7 @@ def planned_step_time(plan: PlanFile, index: int) -> tuple[StepTime, float] | No
     programs."""
     if plan.step is None:
         return None
-    kind = plan.document["cost_model"]
+    kind = plan.document.get("cost_model", CostModelKind.ALPHA_BETA)  # a spec's default, as the solver's
     planned = plan.placement(index)
     chosen = [Chosen(r.named, r.best.program,
                      program_cost(planned.placement, r.named.request, r.best.program, r.named.message_bytes, kind))

@@ -208,6 +208,15 @@ def test_reprice_refuses_a_hierarchy_of_another_shape(tmp_path):
     other = Hierarchy.model_validate({"name": "t", "levels": [{"name": "node", "count": 8}, {"name": "core", "count": 2}]})
     with pytest.raises(UsageError, match=r"^--reprice: 2x4x2-1gbit-400mbit dp4-pp2-tp2-t128k: the hierarchy's levels "):
         repriced(raw, other)
+    same = Hierarchy.model_validate(raw["testbeds"][0]["hierarchy"])
+    stray = json.loads(json.dumps(raw))
+    stray["testbeds"][0]["jobs"][0]["placements"][0]["matrix"] = [[9]]
+    with pytest.raises(UsageError, match=r"^--reprice: .* placement .* is not in the recorded plan$"):
+        repriced(stray, same)
+    stray = json.loads(json.dumps(raw))
+    del stray["testbeds"][0]["jobs"][0]["plan"]["step"]
+    with pytest.raises(UsageError, match=r"^--reprice: .*: the recorded plan has no step section to price$"):
+        repriced(stray, same)
 
 
 @pytest.mark.parametrize("argv, line", [
