@@ -334,7 +334,7 @@ def _run(args: argparse.Namespace, plan: PlanFile, buckets: BucketPlan, tasks: l
 
     torch.set_num_threads(1)
     rank, world_size = init_process_group(backend, args.ifname)
-    start = RunStart.now()
+    start = RunStart.now() if rank == 0 else None  # git runs once, on the rank that writes
     runners = connect(source, buckets, backend, rank, world_size)
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     outcomes, validations = [], []

@@ -462,7 +462,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     level = MPI.Query_thread()
     overlap = level == MPI.THREAD_MULTIPLE and backend.kind is BackendKind.NUMPY
     rank0 = world.Get_rank() == 0
-    start = RunStart.now()
+    start = RunStart.now() if rank0 else None  # git runs once, on the rank that writes
     ranker = StepRank(job, backend, world, overlap, args.corrupt == world.Get_rank())
     if ranker.check_wrong:
         if rank0:

@@ -160,7 +160,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     args, (plan, tasks), backend = started
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     rank0 = world.Get_rank() == 0
-    start = RunStart.now()
+    start = RunStart.now() if rank0 else None  # git runs once, on the rank that writes
     console = Console(stderr=True, force_terminal=args.progress or None)
     outcomes: list[Outcome] = []
     # refreshed by hand between repeats: a refresh thread would compete with the timed loops

@@ -138,7 +138,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     if started is None:
         return EXIT_USAGE
     (args, plan, tuned), backend = started
-    start = RunStart.now()
+    start = RunStart.now() if world.Get_rank() == 0 else None  # git runs once, on the rank that writes
     timing = plan.document["tuned"].get("timing", {})
     config = TimingConfig(warmup=args.warmup, iters=args.iters or int(timing.get("iters", 5)),
                           repeats=args.repeats or int(timing.get("repeats", 9)))

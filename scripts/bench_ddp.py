@@ -46,8 +46,8 @@ parameters of the same run (broadcast after the timed steps), at ``|a - b| <= PA
 (``torch.allclose``'s test; the constants say why these values). A run records the largest ``|a - b|`` over ranks and elements
 (``params_max_diff``), the largest share of the tolerance it takes (``params_tol_share``, at most 1 where they
 match) and ``params_match``. Rank 0 writes everything to the raw JSON ``--out``, with the checkout's commit
-(``git rev-parse HEAD``) and whether its tracked files were changed (``dirty``), the start and end times (UTC, ISO
-8601; each run's start too), torch's version and backend, the guard, the plans and the spec, and DDP's gradient
+(``git rev-parse HEAD``) and whether its tracked files were changed (``dirty``), p2synth's version, the start and end
+times (UTC, ISO 8601; each run's start too; ``runtime/provenance.py``), torch's version and backend, the guard, the plans and the spec, and DDP's gradient
 buckets in bytes once it rebuilt them (``bucket_bytes``).
 
 ``--from-raw RAW...`` (one raw file per case) prints the table and writes it as
@@ -113,7 +113,7 @@ from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval
 from p2synth.runtime.torch_dist import default_ifname, init_process_group, rank_and_world
-from p2synth.runtime.provenance import checkout_state, utc_now
+from p2synth.runtime.provenance import RunStart, utc_now
 from scripts.tables import console, markdown
 from scripts.tables import table as rich_table
 
@@ -361,8 +361,7 @@ def measure(args, rank: int, world: int) -> dict | None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    state = checkout_state(Path(__file__).resolve().parent.parent) if rank == 0 else {}
-    started = utc_now()
+    start = RunStart.now() if rank == 0 else None  # git runs once, on the rank that writes
     init_process_group("gloo", args.ifname, args.master_addr, args.master_port)
     backend = dist.get_backend()
     variants = [Variant(v) for v in args.variants]
@@ -376,7 +375,7 @@ def measure(args, rank: int, world: int) -> dict | None:
     if rank != 0:
         return None
     grad_bytes = sum(p.numel() * p.element_size() for p in models[variants[0]].module.parameters())
-    return {"case": args.case, "world": world, **state, "started_at": started, "ended_at": utc_now(),
+    return {"case": args.case, "world": world, **start.record(),
             "torch": torch.__version__, "backend": backend, "plan": str(args.plan),
             "mpi_plan": None if args.mpi_plan is None else str(args.mpi_plan),
             "spec": None if args.spec is None else str(args.spec), "placement": args.placement, "request": args.request,

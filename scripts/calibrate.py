@@ -142,7 +142,7 @@ def calibrate(args: argparse.Namespace, h: Hierarchy, bench: Bench, world: int, 
     """Measure every level and the summing rate, fit, and (rank 0) write OUT and the raw sidecar and print the table;
     `runs_on` goes into the sidecar (the MPI library, or torch's version and backend). Collective."""
     rank = bench.comm.rank()
-    start = RunStart.now()
+    start = RunStart.now() if rank == 0 else None  # git runs once, on the rank that writes
     sizes = message_sizes(args.max_bytes)
     results = {}
     for l, lv in enumerate(h.levels):

@@ -355,16 +355,6 @@ def test_the_hook_is_attached_as_a_user_would_and_the_guard_passed_only_to_turn_
     assert hook == "hook" and calls == [("model", Path("plan.json"), 1, "grad_allreduce", passed)]
 
 
-def test_the_checkout_state_is_its_commit_and_whether_tracked_files_changed(tmp_path):
-    state = bench_ddp.checkout_state(Path(bench_ddp.__file__).resolve().parent.parent)
-    assert re.fullmatch(r"[0-9a-f]{40}", state["commit"]) and isinstance(state["dirty"], bool)
-    assert bench_ddp.checkout_state(tmp_path) == {"commit": None, "dirty": None}
-
-
-def test_times_are_utc_iso_8601():
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", bench_ddp.utc_now())
-
-
 def test_the_default_model_has_at_least_64_mib_of_gradients_and_the_variants_follow_the_plans(tmp_path):
     (tmp_path / "x.tuned.json").write_text("{}")
     argv = ["--plan", str(tmp_path / "x.tuned.json"), "--out", str(tmp_path / "raw.json")]
