@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import queue
+import socket
 import sys
 import threading
 import time
@@ -324,7 +325,10 @@ class StepRank:
             self._sleep(total * (share - done), figures)
             done = share
             if is_layer:
+                t0 = time.perf_counter()
                 figures.layer_comm_s += self._blocking(runs[i])
+                if trace is not None:
+                    trace.events.append({"kind": "layer", "request": i, "start": t0, "end": time.perf_counter()})
             else:
                 event = {"kind": "bucket", "index": i, "ready": time.perf_counter()}
                 if trace is not None:
@@ -488,7 +492,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
             traces.append(trace)
     ranker.close()
     wrong = wrong_activations + wrong_outputs
-    all_traces = world.gather([t.__dict__ for t in traces], root=0) if args.trace is not None else None
+    all_traces = world.gather((clock_id(), [t.__dict__ for t in traces]), root=0) if args.trace is not None else None
     if rank0:
         doc = step_document(job, args, backend, world, level, overlap, measured,
                             {"check": 0, "activations": wrong_activations, "outputs": wrong_outputs})
@@ -504,15 +508,28 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     return EXIT_WRONG if wrong else EXIT_OK
 
 
-def trace_document(job: StepJob, traces: list[list[dict]]) -> dict:
-    """The --trace document: per rank its axis coordinates, stage and steps (warm-ups first, then the rounds in the
-    order they ran), each with its passes, receive waits and buckets (perf_counter seconds)."""
+def clock_id() -> str:
+    """What names this rank's perf_counter clock: the kernel's boot id (one per host, shared by every process and
+    network namespace on it), or the host name where there is none."""
+    try:
+        return "boot:" + Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "host:" + socket.gethostname()
+
+
+def trace_document(job: StepJob, traces: list[tuple[str, list[dict]]]) -> dict:
+    """The --trace document: the layer requests (index, name, axes); per rank its clock, axis coordinates, stage and
+    steps (warm-ups first, then the rounds in the order they ran), each with its passes, layer runs, receive waits and
+    buckets (perf_counter seconds: they compare across ranks with the same clock)."""
     ranks = []
-    for rank, steps in enumerate(traces):
+    for rank, (clock, steps) in enumerate(traces):
         coords = job.planned.placement.axis_coords(rank)
         stage = 0 if job.pipeline_axis is None else coords[job.pipeline_axis]
-        ranks.append({"rank": rank, "coords": list(coords), "stage": stage, "steps": steps})
-    return {"axes": [a.name for a in job.plan.axes], "pipeline_axis": job.pipeline_axis, "ranks": ranks}
+        ranks.append({"rank": rank, "clock": clock, "coords": list(coords), "stage": stage, "steps": steps})
+    layers = [{"request": i, "name": r.name, "axes": sorted(job.planned.requests[i].named.request.axes),
+               "message_bytes": r.message_bytes}
+              for i, r in enumerate(job.requests) if r.part is Part.LAYER]
+    return {"axes": [a.name for a in job.plan.axes], "pipeline_axis": job.pipeline_axis, "layers": layers, "ranks": ranks}
 
 
 def step_document(job: StepJob, args: argparse.Namespace, backend: Backend, world: MPI.Intracomm, level: int,

@@ -15,6 +15,7 @@ import pytest
 
 from p2synth.hierarchies import Collective, Program, Step, default_program
 from p2synth.hierarchies.step import Pass, Schedule, stage_ops
+from scripts.layer_waits import groups, layer_waits, split_step
 from tests.runtime_support import assert_run_record, placement_of, request_of, run_mpi, utc_before
 
 pytestmark = [pytest.mark.mpi]  # no skip without mpiexec: run_mpi fails, naming the fix
@@ -166,7 +167,28 @@ def test_a_three_dimensional_step_on_eight_ranks(tmp_path):
     floor = floor_s(2, TENSOR := 2)
     for v in doc["variants"].values():
         assert all(r["step_s"] >= floor and r["layer_comm_s"] > 0 for r in v["rounds"])
-    check_trace(json.loads(trace.read_text()), 2 * forward_s(2, TENSOR))
+    traced = json.loads(trace.read_text())
+    check_trace(traced, 2 * forward_s(2, TENSOR))
+    check_layer_split(traced, count=4 * MICROBATCHES)
+
+
+def check_layer_split(trace, count):
+    """Every rank ran `count` layer runs a step; each run splits at its group's arrival into parts that add up to its
+    time, and in every run one member, the last to enter, waited for no one (scripts.layer_waits on a real trace)."""
+    (layer,) = trace["layers"]
+    assert len({r["clock"] for r in trace["ranks"]}) == 1
+    group = groups([r["coords"] for r in trace["ranks"]], layer["axes"])
+    assert {len(g) for g in group} == {2}
+    for k in range(len(trace["ranks"][0]["steps"])):
+        steps = [r["steps"][k] for r in trace["ranks"]]
+        split = split_step(steps, group, layer["request"])
+        for rank, s in enumerate(split):
+            runs = [e for e in steps[rank]["events"] if e["kind"] == "layer"]
+            assert s.runs == count and min(s.waiting_each_s) >= 0 and min(s.after_arrival_each_s) > 0
+            assert s.in_call_s == pytest.approx(sum(e["end"] - e["start"] for e in runs), abs=1e-9)
+            assert all(min(split[m].waiting_each_s[run] for m in group[rank]) == 0 for run in range(count))
+    rows = layer_waits(trace)
+    assert {(r.variant, r.runs_per_rank) for r in rows} == {("best", count), ("default", count)}
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path):
