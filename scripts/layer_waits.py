@@ -1,8 +1,8 @@
 """Where a traced step's layer communication went: waiting for the group's last member, or the call itself.
 
-    python -m scripts.layer_waits TRACE [--json OUT]
+    python -m scripts.layer_waits TRACE... [--json OUT]
 
-TRACE is `runtime.step --trace`'s document. A layer collective (a tensor or
+TRACE is `runtime.step --trace`'s document (or it gzipped, `.gz`). A layer collective (a tensor or
 expert all-reduce, one of `runtime.step`'s LAYER runs) cannot finish on any
 member before the last member of its group has entered it. So each run's time
 on a rank splits exactly in two, from the trace alone:
@@ -19,7 +19,7 @@ they run the same pass order. The split needs one clock, so every rank of the
 trace must report the same one (one host, as on the emulated testbed);
 otherwise the command refuses.
 
-Per request and variant it prints the medians over the timed rounds of: the
+Per trace, request and variant it prints the medians over the timed rounds of: the
 runs a rank makes in a step, the layer communication a step (mean over ranks),
 its two parts, and the median run's time after arrival.
 
@@ -30,6 +30,7 @@ different clocks, mismatched runs), in one line.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from collections import defaultdict
@@ -159,33 +160,50 @@ def layer_waits(trace: dict) -> list[LayerWaits]:
     return out
 
 
-def table(rows: list[LayerWaits]) -> list[str]:
-    """The split as a markdown table (ms)."""
-    lines = ["| request | variant | rounds | runs a step (per rank) | layer comm ms a step | waiting for the last "
+def trace_name(path: Path) -> str:
+    """A trace file's name in the table: without `.gz`, `.json` and `.trace`."""
+    name = path.name
+    for suffix in (".gz", ".json", ".trace"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def load_trace(path: Path) -> dict:
+    """A trace document, gzipped or not."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def table(rows: list[tuple[str, LayerWaits]]) -> list[str]:
+    """The splits of named traces as a markdown table (ms)."""
+    lines = ["| trace | request | variant | rounds | runs a step (per rank) | layer comm ms a step | waiting for the last "
              "member ms | after arrival ms | waiting share | a run after arrival ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.request} | {r.variant} | {r.rounds} | {r.runs_per_rank} | {r.in_call_s * 1e3:.1f} | "
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r.request} | {r.variant} | {r.rounds} | {r.runs_per_rank} | {r.in_call_s * 1e3:.1f} | "
                      f"{r.waiting_s * 1e3:.1f} | {r.after_arrival_s * 1e3:.1f} | {r.waiting_share:.0%} | "
                      f"{r.after_arrival_run_s * 1e3:.3f} |")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: print the split (and write it as JSON); the exit status."""
+    """Entry point: print the splits (and write them as JSON); the exit status."""
     p = argparse.ArgumentParser(prog="python -m scripts.layer_waits", description=__doc__.split("\n")[0])
-    p.add_argument("trace", type=Path, help="runtime.step --trace's document")
-    p.add_argument("--json", type=Path, default=None, help="write the split here as JSON")
+    p.add_argument("traces", type=Path, nargs="+", metavar="TRACE", help="runtime.step --trace's documents (.gz too)")
+    p.add_argument("--json", type=Path, default=None, help="write the splits here as JSON")
     args = p.parse_args(argv)
-    try:
-        rows = layer_waits(json.loads(args.trace.read_text()))
-    except (OSError, json.JSONDecodeError, KeyError, TraceError) as e:
-        print(f"error: {args.trace}: {e if isinstance(e, TraceError) else 'not a runtime.step --trace document: ' + str(e)}",
-              file=sys.stderr)
-        return EXIT_USAGE
+    rows = []
+    for path in args.traces:
+        try:
+            rows += [(trace_name(path), r) for r in layer_waits(load_trace(path))]
+        except (OSError, EOFError, json.JSONDecodeError, KeyError, TraceError) as e:
+            why = e if isinstance(e, TraceError) else f"not a runtime.step --trace document: {e}"
+            print(f"error: {path}: {why}", file=sys.stderr)
+            return EXIT_USAGE
     print("\n".join(table(rows)))
     if args.json is not None:
-        write_json_atomic([asdict(r) | {"waiting_share": r.waiting_share} for r in rows], args.json)
+        write_json_atomic([{"trace": name, **asdict(r), "waiting_share": r.waiting_share} for name, r in rows], args.json)
     return EXIT_OK
 
 
