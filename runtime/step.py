@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", type=enum_argument(BackendKind), default=BackendKind.NUMPY, metavar="{numpy,cupy}",
                    help="numpy over MPI (default) or cupy over NCCL")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here (rank 0)")
-    p.add_argument("--trace", type=Path, default=None, help="write every rank's passes, receive waits and buckets here (rank 0)")
+    p.add_argument("--trace", type=Path, default=None, help="write every rank's passes, layer runs, receive waits and buckets here (rank 0)")
     p.add_argument("--corrupt", type=int, default=None, help=argparse.SUPPRESS)  # tests: this rank sends wrong activations
     return p.parse_args(argv)
 

@@ -21,7 +21,12 @@ otherwise the command refuses.
 
 Per trace, request and variant it prints the medians over the timed rounds of: the
 runs a rank makes in a step, the layer communication a step (mean over ranks),
-its two parts, and the median run's time after arrival.
+its two parts, and the median run's time after arrival. Beside them, how many
+of the job's ranks were inside a traced MPI call (a layer run, a pipeline
+receive wait, a gradient bucket) at the middle of each run's time after
+arrival (median over runs): on shared cores each of them polls for CPU time.
+Untraced MPI time (the sends' final wait, the barrier) is not counted, so it is
+a lower bound.
 
 Exit status: 0; 2 a trace that cannot be split (no layer runs, ranks on
 different clocks, mismatched runs), in one line.
@@ -54,6 +59,7 @@ class RunSplit:
 
     waiting_each_s: tuple[float, ...]
     after_arrival_each_s: tuple[float, ...]
+    in_mpi_each: tuple[int, ...]  # per run: ranks of the job inside a traced MPI call midway through its time after arrival
 
     @property
     def runs(self) -> int:
@@ -88,6 +94,8 @@ class LayerWaits:
     waiting_s: float
     after_arrival_s: float
     after_arrival_run_s: float  # median over every run of every rank and round
+    ranks_in_mpi: float  # median over every run: ranks inside a traced MPI call midway after arrival
+    ranks: int
 
     @property
     def waiting_share(self) -> float:
@@ -109,16 +117,22 @@ def _runs(step: dict, request: int) -> list[dict]:
     return [e for e in step["events"] if e["kind"] == "layer" and e["request"] == request]
 
 
+def in_mpi(steps: list[dict]) -> list[list[tuple[float, float]]]:
+    """Per rank, the step's traced intervals inside MPI: layer runs, pipeline receive waits, gradient buckets."""
+    return [[(e["start"], e["end"]) for e in s["events"] if e["kind"] in ("layer", "recv", "bucket")] for s in steps]
+
+
 def split_step(steps: list[dict], group: list[tuple[int, ...]], request: int) -> list[RunSplit]:
     """Per rank, its runs of `request` in one step split at each run's group arrival (`steps`: every rank's step)."""
     runs = [_runs(s, request) for s in steps]
+    busy = in_mpi(steps)
     out = []
     for rank, mine in enumerate(runs):
         members = group[rank]
         if any(len(runs[m]) != len(mine) for m in members):
             raise TraceError(f"rank {rank}: {len(mine)} runs of layer request {request} in a step, but its group "
                              f"{list(members)} ran {[len(runs[m]) for m in members]}: not one step's trace")
-        waiting, after = [], []
+        waiting, after, meanwhile = [], [], []
         for k, run in enumerate(mine):
             arrival = max(runs[m][k]["start"] for m in members)
             if run["end"] < arrival:  # impossible on one clock: each rank stamps its entry before it calls
@@ -126,7 +140,9 @@ def split_step(steps: list[dict], group: list[tuple[int, ...]], request: int) ->
                                  "before its last member entered it: the ranks' clocks do not compare")
             waiting.append(arrival - run["start"])
             after.append(run["end"] - arrival)
-        out.append(RunSplit(tuple(waiting), tuple(after)))
+            middle = (arrival + run["end"]) / 2
+            meanwhile.append(sum(any(a <= middle <= b for a, b in intervals) for intervals in busy))
+        out.append(RunSplit(tuple(waiting), tuple(after), tuple(meanwhile)))
     return out
 
 
@@ -153,10 +169,12 @@ def layer_waits(trace: dict) -> list[LayerWaits]:
             def median_mean(field: str) -> float:
                 return float(np.median([np.mean([getattr(s, field) for s in splits]) for splits in rounds]))
             each = [t for splits in rounds for s in splits for t in s.after_arrival_each_s]
+            meanwhile = [n for splits in rounds for s in splits for n in s.in_mpi_each]
             out.append(LayerWaits(layer["name"], variant, len(rounds),
                                   int(np.median([s.runs for splits in rounds for s in splits])),
                                   median_mean("in_call_s"), median_mean("waiting_s"), median_mean("after_arrival_s"),
-                                  float(np.median(each)) if each else 0.0))
+                                  float(np.median(each)) if each else 0.0,
+                                  float(np.median(meanwhile)) if meanwhile else 0.0, len(ranks)))
     return out
 
 
@@ -178,12 +196,13 @@ def load_trace(path: Path) -> dict:
 def table(rows: list[tuple[str, LayerWaits]]) -> list[str]:
     """The splits of named traces as a markdown table (ms)."""
     lines = ["| trace | request | variant | rounds | runs a step (per rank) | layer comm ms a step | waiting for the last "
-             "member ms | after arrival ms | waiting share | a run after arrival ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "member ms | after arrival ms | waiting share | a run after arrival ms (median) | ranks inside MPI meanwhile "
+             "(median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r.request} | {r.variant} | {r.rounds} | {r.runs_per_rank} | {r.in_call_s * 1e3:.1f} | "
                      f"{r.waiting_s * 1e3:.1f} | {r.after_arrival_s * 1e3:.1f} | {r.waiting_share:.0%} | "
-                     f"{r.after_arrival_run_s * 1e3:.3f} |")
+                     f"{r.after_arrival_run_s * 1e3:.3f} | {r.ranks_in_mpi:g} of {r.ranks} |")
     return lines
 
 

@@ -7,12 +7,13 @@ the plan's number of runs.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scripts.layer_waits import TraceError, groups, layer_waits, main, split_step
+from scripts.layer_waits import TraceError, groups, layer_waits, load_trace, main, split_step
 
 CLOCK = "boot:one"
 
@@ -32,17 +33,21 @@ COORDS = [(0, 0), (0, 1), (1, 0), (1, 1)]  # data x tensor: tensor groups {0, 1}
 
 
 def test_a_late_member_shows_as_its_partners_waiting():
-    # group {0, 1}: rank 1 enters 3 ms late, both leave at 5 ms; group {2, 3} enter together, leave 1 ms later
+    # group {0, 1}: rank 1 enters 3 ms late, both leave at 5 ms; group {2, 3} enter together, leave 1 ms later;
+    # rank 3 waits on a pipeline receive over [3.5, 4.5] ms, the middle of group {0, 1}'s time after arrival
     runs = [[[(0.000, 0.005)]], [[(0.003, 0.005)]], [[(0.010, 0.011)]], [[(0.010, 0.011)]]]
-    steps = [r["steps"][0] for r in _trace(runs, COORDS)["ranks"]]
+    trace = _trace(runs, COORDS)
+    trace["ranks"][3]["steps"][0]["events"].append({"kind": "recv", "pass": "F", "microbatch": 0, "start": 0.0035, "end": 0.0045})
+    steps = [r["steps"][0] for r in trace["ranks"]]
     split = split_step(steps, groups([list(c) for c in COORDS], [1]), 0)
-    assert [(s.runs, round(s.waiting_s, 9), round(s.after_arrival_s, 9)) for s in split] == [
-        (1, 0.003, 0.002), (1, 0.0, 0.002), (1, 0.0, 0.001), (1, 0.0, 0.001)]
-    (row,) = layer_waits(_trace(runs, COORDS))
+    assert [(s.runs, round(s.waiting_s, 9), round(s.after_arrival_s, 9), s.in_mpi_each) for s in split] == [
+        (1, 0.003, 0.002, (3,)), (1, 0.0, 0.002, (3,)), (1, 0.0, 0.001, (2,)), (1, 0.0, 0.001, (2,))]
+    (row,) = layer_waits(trace)
     assert (row.request, row.variant, row.rounds, row.runs_per_rank) == ("tp", "best", 1, 1)
     assert row.in_call_s == pytest.approx((0.005 + 0.002 + 0.001 + 0.001) / 4)
     assert row.waiting_s == pytest.approx(0.003 / 4) and row.after_arrival_s == pytest.approx(0.006 / 4)
     assert row.waiting_share == pytest.approx(0.003 / 0.009)
+    assert (row.ranks_in_mpi, row.ranks) == (2.5, 4)
 
 
 def test_the_group_is_the_request_axes_not_the_whole_job():
@@ -89,3 +94,37 @@ def test_groups_partition_the_ranks_by_the_other_coordinates(case):
         assert rank in members and all(group[m] == members for m in members)
         expected = [o for o, c in enumerate(coords) if all(c[a] == coords[rank][a] for a in range(3) if a not in axes)]
         assert list(members) == expected
+
+
+WAITS = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "step" / "waits"
+TRACES = ["dp4-pp2-tp2-t128k-0", "dp4-pp2-tp2-t128k-5", "dp4-pp2-tp2-t128k-3", "dp2-pp4-tp2-t128k-6",
+          "dp2-pp2-tp4-t128k-0", "dp2-pp2-tp4-t128k-3", "dp2-pp2-tp4-t128k-4"]  # step.md's order
+
+
+def test_step_md_split_tables_are_rebuilt_from_the_committed_traces(capsys):
+    """step.md's "Waiting or calling": the split table is what the command makes of the committed traces, and the
+    price table sets each run's time after arrival beside the recorded plan's price of the program that ran; every
+    run was exact and from a clean checkout."""
+    doc = (WAITS.parent.parent / "step.md").read_text()
+    assert main([str(WAITS / f"{name}.trace.json.gz") for name in TRACES]) == 0
+    assert capsys.readouterr().out.strip() in doc
+    for name in TRACES:
+        job, index = name.rsplit("-", 1)
+        step = json.loads((WAITS / f"{name}.step.json").read_text())
+        assert step["wrong"] == {"check": 0, "activations": 0, "outputs": 0} and not step["run"]["dirty"]
+        entry = json.loads((WAITS / f"{job}.plan.json").read_text())["placements"][int(index)]
+        assert step["description"] == entry["description"]
+        (priced,) = [r for r in entry["requests"] if r["name"] == "tp_allreduce"]
+        (ran,) = [r for r in step["requests"] if r["name"] == "tp_allreduce"]
+        rows = {r.variant: r for r in layer_waits(load_trace(WAITS / f"{name}.trace.json.gz"))}
+        best, default = priced["programs"][0]["cost_s"], priced["default"]["cost_s"]
+        b, d = rows["best"].after_arrival_run_s, rows["default"].after_arrival_run_s
+        row = (f"| {name} | {step['description'].split('tensor=')[1]} | `{ran['best']}` | {best * 1e3:.2f} | "
+               f"{b * 1e3:.2f} | {b / best:.1f}x | {default * 1e3:.2f} | {d * 1e3:.2f} | {d / default:.1f}x |")
+        assert row in doc, row
+
+
+def test_the_recorded_plans_are_the_fourth_campaigns():
+    raw = json.loads((WAITS.parent / "step16b.raw.json").read_text())
+    for job in raw["testbeds"][0]["jobs"]:
+        assert json.loads((WAITS / f"{job['job']}.plan.json").read_text()) == job["plan"]

@@ -185,6 +185,7 @@ def check_layer_split(trace, count):
         for rank, s in enumerate(split):
             runs = [e for e in steps[rank]["events"] if e["kind"] == "layer"]
             assert s.runs == count and min(s.waiting_each_s) >= 0 and min(s.after_arrival_each_s) > 0
+            assert all(1 <= n <= len(steps) for n in s.in_mpi_each)  # itself at least
             assert s.in_call_s == pytest.approx(sum(e["end"] - e["start"] for e in runs), abs=1e-9)
             assert all(min(split[m].waiting_each_s[run] for m in group[rank]) == 0 for run in range(count))
     rows = layer_waits(trace)
