@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (".md", ".py", ".toml", ".txt", ".sh", ".cfg")
 # A path with at least one folder, ending in a file type we cite; not part of a longer path, URL or owner/repo:path.
-PATH = re.compile(r"(?<![\w./:$-])((?:\.\.?/)*(?:[\w.-]+/)+[\w.-]+\.(?:md|py|json|toml|txt|png|sh|csv))\b")
+PATH = re.compile(r"(?<![\w./:$-])((?:\.\.?/)*(?:[\w.-]+/)+[\w.-]+\.(?:md|py|json|toml|txt|png|sh|csv)(?:\.gz)?)\b")
 BARE_MD = re.compile(r"(?<![\w./:\"'-])([\w.-]+\.md)\b")  # a quoted bare name is a file the code writes
 SELF = "tests/test_citations.py"  # its examples of bad citations are the check's own test cases
 FORBIDDEN = re.compile(r"DESIGN\.md|\.\./shared|shared/reference")
