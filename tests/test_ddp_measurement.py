@@ -18,8 +18,13 @@ def _case_files(folder: Path, suffix: str = "") -> list[Path]:
 
 
 MEASUREMENTS = {
-    # the exports' reduce_scatter exchange on gloo and the hook's direct path (ddp.md's headline)
-    "direct": (_case_files(DOCS / "ddp"), DOCS / "ddp-summary.json", DOCS / "ddp"),
+    # every variant attached by register_p2synth_hook, the guard's fallback on the direct path (ddp.md's headline)
+    "register": (_case_files(DOCS / "ddp" / "register"), DOCS / "ddp-summary.json", DOCS / "ddp"),
+    # its repeat of 3x2x2, at the commit before
+    "register-repeat": ([DOCS / "ddp" / "register" / "3x2x2-1gbit-400mbit.first.raw.json"],
+                        DOCS / "ddp" / "register" / "3x2x2-1gbit-400mbit.first-summary.json", None),
+    # the exports' reduce_scatter exchange on gloo and the hook's direct path, every variant hooked
+    "direct": (_case_files(DOCS / "ddp"), DOCS / "ddp" / "direct-summary.json", DOCS / "ddp"),
     # the exchange without the direct path: the first runs of the same cases
     "first-run": (_case_files(DOCS / "ddp", ".first-run"), DOCS / "ddp" / "first-run-summary.json", None),
     # the control: DDP's built-in all-reduce, the hook, and torch's own Python all-reduce hook (3x2x2 only)
