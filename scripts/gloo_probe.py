@@ -41,6 +41,7 @@ from typing import Any
 from p2synth.hierarchies.cli import (EXIT_USAGE, ArgumentParser, UsageError, count_argument, one_line, size_argument,
                                      write_json_atomic)
 from p2synth.runtime.provenance import checkout_state, utc_now
+from p2synth.solver.exports.to_torch import reduce_scatter_step
 
 MiB = 1 << 20
 DTYPE_BYTES = 4  # float32
@@ -151,12 +152,13 @@ def probe(args: Any) -> int:
     quarter = torch.empty(n // (per_node * nodes), dtype=torch.float32)
     back = torch.empty(n // per_node, dtype=torch.float32)
     full = torch.empty(n, dtype=torch.float32)
-    blocks = torch.empty(n, dtype=torch.float32)
+    reduce_scatter = reduce_scatter_step()  # the exported module's own: on gloo the blocks exchanged, then summed
 
-    def exchange(out, inp, group, members):
-        """reduce_scatter as the exported module runs it on gloo: the blocks exchanged, then summed."""
-        dist.all_to_all_single(blocks[:inp.numel()], inp, group=group)
-        torch.sum(blocks[:inp.numel()].view(members, -1), dim=0, out=out)
+    def sequence_exchange():
+        """The four steps, each reduce_scatter as the exported module runs it."""
+        quarter_ = reduce_scatter(reduce_scatter(x.view(per_node, -1), core_group, 1).view(nodes, -1), node_group, 1)
+        dist.all_gather_into_tensor(back, quarter_, group=node_group)
+        dist.all_gather_into_tensor(full, back, group=core_group)
 
     ops = {
         "all_reduce_world": lambda: dist.all_reduce(x),
@@ -170,12 +172,9 @@ def probe(args: Any) -> int:
                              dist.all_gather_into_tensor(back, quarter, group=node_group),
                              dist.all_gather_into_tensor(full, back, group=core_group)),
         "copy": lambda: x.clone(),
-        "exchange_core": lambda: exchange(half, x, core_group, per_node),
-        "exchange_node": lambda: exchange(quarter, half, node_group, nodes),
-        "sequence_exchange": lambda: (exchange(half, x, core_group, per_node),
-                                      exchange(quarter, half, node_group, nodes),
-                                      dist.all_gather_into_tensor(back, quarter, group=node_group),
-                                      dist.all_gather_into_tensor(full, back, group=core_group)),
+        "exchange_core": lambda: reduce_scatter(x.view(per_node, -1), core_group, 1),
+        "exchange_node": lambda: reduce_scatter(half.view(nodes, -1), node_group, 1),
+        "sequence_exchange": sequence_exchange,
     }
     slowest = torch.zeros(1, dtype=torch.float64)
     records = []

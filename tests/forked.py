@@ -1,10 +1,32 @@
-"""Run a job's ranks as forked processes of one parent (torch imported once, before forking)."""
+"""Run a job's ranks as forked processes of one parent (torch imported once, before forking), and run that parent
+as a worker module of its own."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_worker(module: str, args: list[str], timeout_s: float, env: dict[str, str] | None = None) -> None:
+    """Run ``python -m module args`` from the repository root (one thread per process unless `env` says otherwise);
+    fail the test with the end of its stderr if it fails or outlives `timeout_s`."""
+    command = [sys.executable, "-m", module, *args]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env or dict(os.environ, OMP_NUM_THREADS="1"),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(command[1:])} did not finish in {timeout_s} s")
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(command[1:])} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
 
 
 def run_forked(target: Callable[..., None], args: tuple, ranks: int, timeout_s: float) -> int:

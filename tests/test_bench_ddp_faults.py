@@ -12,17 +12,14 @@ rank 0 writes every run's check; the tests read it. Skipped without torch (``-m 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tests.forked import run_forked
+from tests.forked import run_forked, run_worker
 
-ROOT = Path(__file__).resolve().parent.parent
 WORLD, JOB_TIMEOUT_S = 4, 120
 ARGS = SimpleNamespace(layers=2, width=16, batch=8, seed=0, warmup=2, steps=5, lr=1e-3, bucket_mib=25.0)
 CORRECT, FAULTY = ("default", "average"), ("skip", "sum", "shifted", "first_half")
@@ -35,13 +32,7 @@ def checks(tmp_path_factory) -> dict:
     """Run the job once; each hook's run record (rank 0's)."""
     pytest.importorskip("torch")
     workdir = tmp_path_factory.mktemp("ddp-faults")
-    command = [sys.executable, "-m", "tests.test_bench_ddp_faults", str(workdir)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the DDP job did not finish in {JOB_TIMEOUT_S} s")
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_worker("tests.test_bench_ddp_faults", [str(workdir)], JOB_TIMEOUT_S)
     return json.loads((workdir / "checks.json").read_text())
 
 

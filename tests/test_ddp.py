@@ -68,16 +68,41 @@ def test_a_size_whose_program_is_the_default_is_said_to_run_it(document):
 
 
 class _Future:
-    """A completed torch Future stand-in: then() runs the callback at once."""
+    """torch.futures.Future's part the hook uses: the worker's set_result and set_exception, then() on a finished
+    all-reduce's future (the direct path), and value() and wait() for the test. `chained`: then() made it."""
 
-    def __init__(self, value):
+    def __init__(self, devices=None):
+        import threading
+
+        self._done, self._value, self._error, self.chained = threading.Event(), None, None, False
+
+    @classmethod
+    def done(cls, value, chained=False):
+        """A future that already holds `value`."""
+        future = cls()
+        future.set_result(value)
+        future.chained = chained
+        return future
+
+    def set_result(self, value):
         self._value = value
+        self._done.set()
 
-    def value(self):
+    def set_exception(self, error):
+        self._error = error
+        self._done.set()
+
+    def wait(self, timeout: float = 10.0):
+        assert self._done.wait(timeout), "the bucket was never reduced"
+        if self._error is not None:
+            raise self._error
         return self._value
 
+    def value(self):
+        return self.wait(0)
+
     def then(self, callback):
-        return _Future(callback(self))
+        return _Future.done(callback(self), chained=True)
 
 
 class _Buffer:
@@ -108,7 +133,7 @@ def test_a_size_whose_pick_is_ddps_all_reduce_runs_it_on_the_calling_thread(docu
     calls = []
     fake = types.ModuleType("torch.distributed")
     fake.all_reduce = lambda buffer, group, async_op: calls.append((buffer, group, async_op)) or types.SimpleNamespace(
-        get_future=lambda: _Future([buffer]))
+        get_future=lambda: _Future.done([buffer]))
     torch = types.ModuleType("torch")
     torch.distributed = fake
     monkeypatch.setitem(sys.modules, "torch", torch)
@@ -171,7 +196,7 @@ class _Torch:
 
         calls = self.calls = []
         self.float64 = "float64"
-        self.futures = types.SimpleNamespace(Future=_WaitableFuture)
+        self.futures = types.SimpleNamespace(Future=_Future)
         lock = threading.Lock()
 
         def all_reduce(tensor, op=None, group=None, async_op=False):
@@ -181,7 +206,7 @@ class _Torch:
                 calls.append((group, "max" if op == "MAX" else "sum", async_op))
             if group == "guard-group" and op is None:
                 time.sleep(default_s)
-            return types.SimpleNamespace(get_future=lambda: _Future([tensor])) if async_op else None
+            return types.SimpleNamespace(get_future=lambda: _Future.done([tensor])) if async_op else None
 
         self.distributed = types.SimpleNamespace(all_reduce=all_reduce, ReduceOp=types.SimpleNamespace(MAX="MAX"))
 
@@ -190,29 +215,6 @@ class _Torch:
         import types
 
         return types.SimpleNamespace(tolist=lambda: list(values))
-
-
-class _WaitableFuture:
-    """torch.futures.Future's part the hook's worker uses: set_result, set_exception, and wait() for the test."""
-
-    def __init__(self, devices=None):
-        import threading
-
-        self._done, self._value, self._error = threading.Event(), None, None
-
-    def set_result(self, value):
-        self._value = value
-        self._done.set()
-
-    def set_exception(self, error):
-        self._error = error
-        self._done.set()
-
-    def wait(self, timeout: float = 10.0):
-        assert self._done.wait(timeout), "the bucket was never reduced"
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 class _Bucket:
@@ -249,7 +251,7 @@ def test_after_its_trials_a_size_whose_guard_kept_ddps_all_reduce_runs_it_on_the
     ran = []
     hook, calls = _guarded_hook(document, monkeypatch, lambda x, mesh: time.sleep(0.2) or ran.append(x) or x)
     futures = [hook(None, _Bucket(1 << 20)) for _ in range(4)]  # the third waits here for the decision
-    assert [type(f).__name__ for f in futures] == ["_WaitableFuture", "_WaitableFuture", "_Future", "_Future"]
+    assert [f.chained for f in futures] == [False, False, True, True]  # the worker's two, then the direct path's
     results = [f.wait() for f in futures[:2]] + [f.value() for f in futures[2:]]
     assert calls == [("guard-group", "sum", False), ("guard-group", "max", False),
                      ("direct-group", "sum", True), ("direct-group", "sum", True)]
@@ -262,7 +264,7 @@ def test_after_its_trials_a_size_whose_guard_kept_the_plan_stays_on_the_worker(d
     ran = []
     hook, calls = _guarded_hook(document, monkeypatch, lambda x, mesh: ran.append(x) or x, default_s=0.2)
     futures = [hook(None, _Bucket(1 << 20)) for _ in range(4)]
-    assert all(type(f).__name__ == "_WaitableFuture" for f in futures) and all(f.wait() for f in futures)
+    assert not any(f.chained for f in futures) and all(f.wait() for f in futures)
     assert calls == [("guard-group", "sum", False), ("guard-group", "max", False)]
     assert len(ran) == 3 and (hook.reduced, hook.direct) == (4, 0) and hook.decisions()[1 << 20]["kept"] == "plan"
     hook.close()

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,9 +23,8 @@ from p2synth.encodings.deadline import Deadline
 from p2synth.solver.planner import plan_placement, rank_plans
 from p2synth.solver.result import result_json
 from p2synth.solver.spec import build_problem, parse_spec
-from tests.forked import run_forked
+from tests.forked import run_forked, run_worker
 
-ROOT = Path(__file__).resolve().parent.parent
 WORLD, STEPS, JOB_TIMEOUT_S = 8, 6, 300
 SIZES = [16896, 1 << 20]  # the bucket sizes planned
 BUCKET_CAP_MB = 0.05  # buckets of about 50 KB (but a parameter is never split)
@@ -75,13 +72,7 @@ def job(tmp_path_factory) -> tuple[dict, Path]:
     (workdir / "plan-default.json").write_text(json.dumps(default_first(plan, "grad_allreduce_16896")))
     everywhere = default_first(default_first(plan, "grad_allreduce_16896"), "grad_allreduce_1048576")
     (workdir / "plan-all-default.json").write_text(json.dumps(everywhere))
-    command = [sys.executable, "-m", "tests.test_ddp_torch", str(workdir)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"DDP job did not finish in {JOB_TIMEOUT_S} s")
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_worker("tests.test_ddp_torch", [str(workdir)], JOB_TIMEOUT_S)
     return plan, workdir
 
 

@@ -22,7 +22,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +38,8 @@ from p2synth.solver.exports.choice import ExportFormat
 from p2synth.solver.exports.planning import ExportRequest, NotExportable
 from p2synth.solver.exports.to_jax import export_jax
 from p2synth.solver.exports.to_torch import export_torch
-from tests.forked import run_forked
+from tests.forked import run_forked, run_worker
 
-ROOT = Path(__file__).resolve().parent.parent
 WORLD = 8
 JOB_TIMEOUT_S = 300
 POISON = -(10**6)  # what a non-root holds after a reduce in the numpy simulation
@@ -465,16 +463,6 @@ def write_job(workdir: Path, framework: str) -> None:
     (workdir / "manifest.json").write_text(json.dumps(manifest))
 
 
-def run_job(command: list[str], env: dict[str, str]) -> None:
-    """Run a worker command from the repository root; fail with its stderr if it fails."""
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"export job did not finish in {JOB_TIMEOUT_S} s: {' '.join(command)}")
-    if done.returncode != 0:
-        pytest.fail(f"export job failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-
-
 def read_outputs(workdir: Path, framework: str) -> dict[str, dict[int, np.ndarray]]:
     """Outputs by entry key, then rank, from the workers' .npz files."""
     outputs: dict[str, dict[int, np.ndarray]] = {}
@@ -504,7 +492,7 @@ def torch_results(tmp_path_factory) -> tuple[dict, dict]:
     pytest.importorskip("torch")
     workdir = tmp_path_factory.mktemp("torch-export")
     write_job(workdir, "torch")
-    run_job([sys.executable, "-m", "tests.test_exports", "torch", str(workdir)], dict(os.environ, OMP_NUM_THREADS="1"))
+    run_worker("tests.test_exports", ["torch", str(workdir)], JOB_TIMEOUT_S)
     return read_outputs(workdir, "torch"), read_errors(workdir)
 
 
@@ -515,7 +503,7 @@ def jax_results(tmp_path_factory) -> tuple[dict, dict]:
     workdir = tmp_path_factory.mktemp("jax-export")
     write_job(workdir, "jax")
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={WORLD}", JAX_PLATFORMS="cpu")
-    run_job([sys.executable, "-m", "tests.test_exports", "jax", str(workdir)], env)
+    run_worker("tests.test_exports", ["jax", str(workdir)], JOB_TIMEOUT_S, env)
     return read_outputs(workdir, "jax"), read_errors(workdir)
 
 

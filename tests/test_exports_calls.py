@@ -425,3 +425,22 @@ def test_a_broadcast_request_is_not_exported_for_jax_from_either_command(tmp_pat
     torch = subprocess.run([sys.executable, "-m", "solver.exports", str(plan_path), "--format", "torch"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert torch.returncode == 0 and "dist.broadcast(" in torch.stdout
+
+
+@pytest.mark.parametrize("backend,op", [("gloo", "all_to_all"), ("nccl", "reduce_scatter")])
+def test_the_reduce_scatter_step_tools_time_is_the_modules_own(monkeypatch, backend, op) -> None:
+    """`to_torch.reduce_scatter_step()` (what scripts.gloo_probe times) compiles the modules' own step: on a 4-rank
+    fake world each rank gets the sum of its block of every rank's input, by one exchange and a sum on gloo and by
+    the library's reduce_scatter elsewhere."""
+    from p2synth.solver.exports.to_torch import reduce_scatter_step
+
+    world = World(4, False, backend)
+    for name, module in fake_torch.install(world).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    step = reduce_scatter_step()
+    group = fake_torch.Group((0, 1, 2, 3))
+    inputs = np.arange(4 * 4 * 3, dtype=np.float64).reshape(4, 4, 3) ** 2  # rank, block, element
+    outputs = world.run(lambda rank: step(fake_torch.Tensor(inputs[rank].copy()), group, 1).numpy())
+    for rank, out in enumerate(outputs):
+        assert np.array_equal(out, inputs[:, rank].sum(axis=0))
+        assert [c.op for c in world.records[rank] if isinstance(c, Launch)] == [op]

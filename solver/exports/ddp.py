@@ -76,12 +76,11 @@ def p2synth_hook(plan: PlanFile | str | Path, placement: int = 0, request: str |
     """
     import torch.distributed as dist
 
-    plan_file, buckets = checked_plan(plan, placement, request, process_group)
+    plan_file, buckets, group = checked_plan(plan, placement, request, process_group)
     try:
         source = export_placement(plan_file, placement, ExportFormat.TORCH)
     except NotExportable as e:
         raise HookError(str(e)) from None
-    group = process_group if process_group is not None else dist.group.WORLD
     module = load_module(source, f"p2synth_plan_{placement}")
     if device_type is None and dist.get_backend() == "gloo":
         device_type = "cpu"
@@ -109,7 +108,7 @@ def register_p2synth_hook(model: Any, plan: PlanFile | str | Path, placement: in
     all-reduce then runs, which a Python hook cannot match: DDP scales the gradients as it copies them into a bucket,
     while a hook must divide the bucket in a pass of its own. The plan is checked against the job either way
     (HookError, one line). Collective: call it on every rank, once, after ``dist.init_process_group()``."""
-    plan_file, buckets = checked_plan(plan, placement, request, process_group)
+    plan_file, buckets, _ = checked_plan(plan, placement, request, process_group)
     if all(buckets.runs_default(s) for s in buckets.sizes):
         LOG.info("p2synth DDP hook: %s; every size runs DDP's own all-reduce: DDP keeps its built-in one, no hook",
                  buckets.describe())
@@ -120,10 +119,10 @@ def register_p2synth_hook(model: Any, plan: PlanFile | str | Path, placement: in
 
 
 def checked_plan(plan: PlanFile | str | Path, placement: int, request: str | None,
-                 process_group: Any) -> tuple[PlanFile, BucketPlan]:
-    """The plan file and its bucket sizes' programs, once the plan is known to fit the job: torch.distributed
-    initialized, the job's world size the placement's devices, and `process_group` (None: the world) the ranks each
-    rank reduces with. HookError, one line, otherwise."""
+                 process_group: Any) -> tuple[PlanFile, BucketPlan, Any]:
+    """The plan file, its bucket sizes' programs and DDP's process group (`process_group`, None: the world), once
+    the plan is known to fit the job: torch.distributed initialized, the job's world size the placement's devices,
+    and that group the ranks each rank reduces with. HookError, one line, otherwise."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -135,7 +134,7 @@ def checked_plan(plan: PlanFile | str | Path, placement: int, request: str | Non
         raise HookError(str(e)) from None
     group = process_group if process_group is not None else dist.group.WORLD
     check_world(buckets, dist.get_world_size(), dist.get_rank(), tuple(dist.get_process_group_ranks(group)))
-    return plan_file, buckets
+    return plan_file, buckets, group
 
 
 def own_group(buckets: BucketPlan, world_size: int, rank: int) -> Any:

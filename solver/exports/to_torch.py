@@ -13,6 +13,9 @@ its pieces as the runtime's wavefront, every step started with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
 from p2synth.solver.exports.choice import ExportFormat
@@ -258,6 +261,15 @@ def _helpers(plan: ModulePlan) -> list[str]:
 
 
 _ALIAS = '{} = getattr(dist, "{}", None) or dist.{}'
+
+
+def reduce_scatter_step() -> Callable[..., Any]:
+    """The exported modules' reduce_scatter step, ``_reduce_scatter(x, group, lead, async_op=False)``, compiled from
+    the same source, for tools that time what a module runs (torch is imported here)."""
+    namespace: dict[str, Any] = {}
+    alias = _ALIAS.format("_reduce_scatter_flat", "reduce_scatter_single", "reduce_scatter_tensor")
+    exec("import torch\nimport torch.distributed as dist\n" + alias + "\n" + _REDUCE_SCATTER, namespace)
+    return namespace["_reduce_scatter"]
 
 
 def _compat(plan: ModulePlan) -> list[str]:
