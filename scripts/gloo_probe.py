@@ -12,8 +12,9 @@ predicts", cites. Every rank joins a gloo job (runtime/torch_dist.py ``init_proc
 * all_reduce over the node groups (size / ranks-per-node);
 * the four RS(core) RS(node) AG(node) AG(core) steps in a row (the hierarchical program, unpipelined);
 * a copy of the whole buffer (``x.clone()``);
-* the two reduce_scatters and the four steps again, each reduce_scatter run as the exported module runs it on
-  gloo (solver/exports/to_torch.py, ``_reduce_scatter``): ``all_to_all_single`` of the blocks, then their sum. gloo's
+* the two reduce_scatters and the four steps again, each reduce_scatter run by the exported module's own step
+  (solver/exports/to_torch.py, ``reduce_scatter_step``), which on gloo is ``all_to_all_single`` of the blocks, then
+  their sum. gloo's
   own ``reduce_scatter_tensor`` clones its input and all-reduces all of it, so each member sends ``2 (k-1)/k`` of the
   buffer where the exchange sends ``(k-1)/k``.
 
