@@ -128,3 +128,31 @@ def test_the_recorded_plans_are_the_fourth_campaigns():
     raw = json.loads((WAITS.parent / "step16b.raw.json").read_text())
     for job in raw["testbeds"][0]["jobs"]:
         assert json.loads((WAITS / f"{job['job']}.plan.json").read_text()) == job["plan"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.data())
+def test_every_run_splits_into_parts_that_add_up_and_the_last_to_enter_waits_for_no_one(groups_n, size, runs, data):
+    """Random traces of one step: `groups_n` groups of `size` members, `runs` runs each, every run entered at random
+    and left after its group's last member entered."""
+    coords = [[g, m] for g in range(groups_n) for m in range(size)]
+    times = st.floats(0.0, 1.0, allow_nan=False)
+    steps = []
+    starts = [[data.draw(times) for _ in range(runs)] for _ in coords]
+    for rank, (g, _) in enumerate(coords):
+        members = [r for r, c in enumerate(coords) if c[0] == g]
+        events = []
+        for k in range(runs):
+            arrival = max(starts[m][k] for m in members)
+            events.append({"kind": "layer", "request": 0, "start": starts[rank][k],
+                           "end": arrival + data.draw(st.floats(0.0, 1.0, allow_nan=False))})
+        steps.append({"variant": "best", "round": 0, "events": events})
+    split = split_step(steps, groups(coords, [1]), 0)
+    for rank, s in enumerate(split):
+        total = sum(e["end"] - e["start"] for e in steps[rank]["events"])
+        assert s.runs == runs and s.in_call_s == pytest.approx(total, abs=1e-9)
+        assert min(s.waiting_each_s) >= 0 and min(s.after_arrival_each_s) >= 0
+        assert all(1 <= n <= len(coords) for n in s.in_mpi_each)
+    for g in range(groups_n):
+        members = [r for r, c in enumerate(coords) if c[0] == g]
+        assert all(min(split[m].waiting_each_s[k] for m in members) == 0 for k in range(runs))
