@@ -95,6 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", type=enum_argument(BackendKind), default=BackendKind.NUMPY, metavar="{numpy,cupy}",
                    help="numpy over MPI (default) or cupy over NCCL")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here (rank 0)")
+    p.add_argument("--poll-sleep-us", type=count_argument(0), default=0, metavar="US",
+                   help="wait for the pipeline's receives and sends by testing them every US microseconds, asleep in "
+                        "between, instead of inside MPI (default 0: inside MPI)")
     p.add_argument("--trace", type=Path, default=None, help="write every rank's passes, layer runs, receive waits and buckets here (rank 0)")
     p.add_argument("--corrupt", type=int, default=None, help=argparse.SUPPRESS)  # tests: this rank sends wrong activations
     return p.parse_args(argv)
@@ -239,8 +242,10 @@ class Bucketer:
 class StepRank:
     """This rank's side of the step: its stage, its passes, the armed requests and the pipeline neighbours."""
 
-    def __init__(self, job: StepJob, backend: Backend, world: MPI.Intracomm, overlap: bool, corrupt: bool):
+    def __init__(self, job: StepJob, backend: Backend, world: MPI.Intracomm, overlap: bool, corrupt: bool,
+                 poll_sleep_s: float = 0.0):
         self.job, self.backend, self.world = job, backend, world
+        self.poll_sleep_s = poll_sleep_s
         step, placement = job.step, job.planned.placement
         rank = world.Get_rank()
         coords = placement.axis_coords(rank)
@@ -300,6 +305,15 @@ class StepRank:
                 out[(kind, j)] = buf
         return out
 
+    def _wait(self, requests: list[MPI.Request]) -> None:
+        """Wait for pipeline requests: inside MPI, or (poll_sleep_s > 0) by testing them, asleep in between, so that
+        a waiting rank leaves shared cores to the ranks in collectives."""
+        if self.poll_sleep_s <= 0:
+            MPI.Request.Waitall(requests)
+            return
+        while not MPI.Request.Testall(requests):
+            time.sleep(self.poll_sleep_s)
+
     def _sleep(self, seconds: float, figures: Figures) -> None:
         if seconds > 0:
             t0 = time.perf_counter()
@@ -355,7 +369,7 @@ class StepRank:
         for index, (kind, j) in enumerate(self.ops):
             if (kind, j) in receives:
                 t0 = time.perf_counter()
-                receives[(kind, j)].Wait()
+                self._wait([receives[(kind, j)]])
                 t1 = time.perf_counter()
                 figures.pipeline_wait_s += t1 - t0
                 if trace is not None:
@@ -380,7 +394,7 @@ class StepRank:
                     trace.events.append(event)
         figures.gradient_exposed_s = time.perf_counter() - pass_end
         t0 = time.perf_counter()
-        MPI.Request.Waitall(sends)
+        self._wait(sends)
         figures.pipeline_wait_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         for i, r in enumerate(self.job.requests):
@@ -467,7 +481,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
     overlap = level == MPI.THREAD_MULTIPLE and backend.kind is BackendKind.NUMPY
     rank0 = world.Get_rank() == 0
     start = RunStart.now() if rank0 else None  # git runs once, on the rank that writes
-    ranker = StepRank(job, backend, world, overlap, args.corrupt == world.Get_rank())
+    ranker = StepRank(job, backend, world, overlap, args.corrupt == world.Get_rank(), args.poll_sleep_us * 1e-6)
     if ranker.check_wrong:
         if rank0:
             print(f"error: {ranker.check_wrong} wrong element(s) in the check runs on tagged data; nothing timed",
@@ -562,7 +576,8 @@ def step_document(job: StepJob, args: argparse.Namespace, backend: Backend, worl
         "tensor": job.tensor,
         "activation_bytes": job.activation_bytes,
         "requests": requests,
-        "timing": {"warmup": args.warmup, "rounds": args.rounds, "order": "interleaved, alternating per round"},
+        "timing": {"warmup": args.warmup, "rounds": args.rounds, "order": "interleaved, alternating per round",
+                   "poll_sleep_us": args.poll_sleep_us},
         "variants": {str(v): measured[v].summary() for v in Variant},
         "predicted": predicted if isinstance(predicted, dict) else None,
         "wrong": wrong,
@@ -599,6 +614,8 @@ def preamble(doc: dict) -> list[str]:
         f"tensor {doc['tensor']}; " + (f"activations {doc['activation_bytes']} B a send" if doc["stages"] > 1 else "no pipeline sends"),
         "# pipeline wait = blocked on pipeline receives and sends (bubble and exposed sends); predicted: pipeline_comm_s + bubble_s",
     ]
+    if doc["timing"].get("poll_sleep_us"):
+        lines.append(f"# pipeline waits: tested every {doc['timing']['poll_sleep_us']} us, asleep in between")
     if not doc["gradient_overlap"]:
         lines.append(f"# gradient buckets not overlapped: {doc['gradient_overlap_note']}")
     for r in doc["requests"]:

@@ -153,6 +153,18 @@ def test_a_data_and_pipeline_step_runs_the_schedule_exactly(tmp_path):
     check_trace(json.loads(trace.read_text()), 2 * forward_s(2, TENSOR))
 
 
+def test_pipeline_waits_asleep_run_the_same_schedule_exactly(tmp_path):
+    """--poll-sleep-us: the pipeline's receives and sends are tested, asleep in between; the step is as exact, keeps
+    its schedule and says how it waited."""
+    job, out, trace = _run(tmp_path, 4, _dp_pp_plan(tmp_path), *QUICK, "--poll-sleep-us", "200")
+    assert job.returncode == 0, job.stderr
+    doc = json.loads(out.read_text())
+    assert doc["wrong"] == {"check": 0, "activations": 0, "outputs": 0} and doc["timing"]["poll_sleep_us"] == 200
+    assert "# pipeline waits: tested every 200 us, asleep in between" in job.stdout
+    assert all(r["step_s"] >= floor_s(2, 1) for v in doc["variants"].values() for r in v["rounds"])
+    check_trace(json.loads(trace.read_text()), 2 * forward_s(2, 1))
+
+
 def test_a_three_dimensional_step_on_eight_ranks(tmp_path):
     requests = [("grad", ["data"], Collective.ALL_REDUCE, 64 << 10, 2),
                 ("act", ["pipe"], Collective.SEND_RECV, 16 << 10, 2 * MICROBATCHES),
