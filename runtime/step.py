@@ -514,7 +514,7 @@ def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
         if args.out is not None:
             write_json_atomic(doc, args.out)
         if all_traces is not None:
-            write_json_atomic(trace_document(job, all_traces), args.trace)
+            write_json_atomic(trace_document(job, all_traces, args.poll_sleep_us), args.trace)
         Console(width=160).print(step_table(doc))
         for line in preamble(doc):
             print(line, flush=True)
@@ -531,10 +531,11 @@ def clock_id() -> str:
         return "host:" + socket.gethostname()
 
 
-def trace_document(job: StepJob, traces: list[tuple[str, list[dict]]]) -> dict:
-    """The --trace document: the layer requests (index, name, axes); per rank its clock, axis coordinates, stage and
-    steps (warm-ups first, then the rounds in the order they ran), each with its passes, layer runs, receive waits and
-    buckets (perf_counter seconds: they compare across ranks with the same clock)."""
+def trace_document(job: StepJob, traces: list[tuple[str, list[dict]]], poll_sleep_us: int = 0) -> dict:
+    """The --trace document: the layer requests (index, name, axes); how the pipeline's waits waited
+    (`poll_sleep_us`, 0: inside MPI); per rank its clock, axis coordinates, stage and steps (warm-ups first, then the
+    rounds in the order they ran), each with its passes, layer runs, receive waits and buckets (perf_counter seconds:
+    they compare across ranks with the same clock)."""
     ranks = []
     for rank, (clock, steps) in enumerate(traces):
         coords = job.planned.placement.axis_coords(rank)
@@ -543,7 +544,8 @@ def trace_document(job: StepJob, traces: list[tuple[str, list[dict]]]) -> dict:
     layers = [{"request": i, "name": r.name, "axes": sorted(job.planned.requests[i].named.request.axes),
                "message_bytes": r.message_bytes}
               for i, r in enumerate(job.requests) if r.part is Part.LAYER]
-    return {"axes": [a.name for a in job.plan.axes], "pipeline_axis": job.pipeline_axis, "layers": layers, "ranks": ranks}
+    return {"axes": [a.name for a in job.plan.axes], "pipeline_axis": job.pipeline_axis, "layers": layers,
+            "poll_sleep_us": poll_sleep_us, "ranks": ranks}
 
 
 def step_document(job: StepJob, args: argparse.Namespace, backend: Backend, world: MPI.Intracomm, level: int,

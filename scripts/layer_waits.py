@@ -26,7 +26,8 @@ of the job's ranks were inside a traced MPI call (a layer run, a pipeline
 receive wait, a gradient bucket) at the middle of each run's time after
 arrival (median over runs): on shared cores each of them polls for CPU time.
 Untraced MPI time (the sends' final wait, the barrier) is not counted, so it is
-a lower bound.
+a lower bound. Receive waits count only where the trace says they waited inside
+MPI (`poll_sleep_us` 0 or absent): with `runtime.step --poll-sleep-us` they sleep.
 
 Exit status: 0; 2 a trace that cannot be split (no layer runs, ranks on
 different clocks, mismatched runs), in one line.
@@ -117,15 +118,19 @@ def _runs(step: dict, request: int) -> list[dict]:
     return [e for e in step["events"] if e["kind"] == "layer" and e["request"] == request]
 
 
-def in_mpi(steps: list[dict]) -> list[list[tuple[float, float]]]:
-    """Per rank, the step's traced intervals inside MPI: layer runs, pipeline receive waits, gradient buckets."""
-    return [[(e["start"], e["end"]) for e in s["events"] if e["kind"] in ("layer", "recv", "bucket")] for s in steps]
+def in_mpi(steps: list[dict], receives_poll: bool = True) -> list[list[tuple[float, float]]]:
+    """Per rank, the step's traced intervals inside MPI: layer runs, gradient buckets and, where they poll inside
+    MPI (`receives_poll`), pipeline receive waits."""
+    kinds = ("layer", "bucket", "recv") if receives_poll else ("layer", "bucket")
+    return [[(e["start"], e["end"]) for e in s["events"] if e["kind"] in kinds] for s in steps]
 
 
-def split_step(steps: list[dict], group: list[tuple[int, ...]], request: int) -> list[RunSplit]:
-    """Per rank, its runs of `request` in one step split at each run's group arrival (`steps`: every rank's step)."""
+def split_step(steps: list[dict], group: list[tuple[int, ...]], request: int,
+               receives_poll: bool = True) -> list[RunSplit]:
+    """Per rank, its runs of `request` in one step split at each run's group arrival (`steps`: every rank's step;
+    `receives_poll`: whether its pipeline receive waits polled inside MPI)."""
     runs = [_runs(s, request) for s in steps]
-    busy = in_mpi(steps)
+    busy = in_mpi(steps, receives_poll)
     out = []
     for rank, mine in enumerate(runs):
         members = group[rank]
@@ -158,13 +163,15 @@ def layer_waits(trace: dict) -> list[LayerWaits]:
         raise TraceError(f"the ranks report {len(clocks)} clocks ({', '.join(sorted(map(str, clocks)))}): the split "
                          "compares entry times across ranks and needs every rank on one host")
     coords = [r["coords"] for r in ranks]
+    receives_poll = not trace.get("poll_sleep_us")
     out = []
     for layer in layers:
         group = groups(coords, layer["axes"])
         by_variant: dict[str, list[list[RunSplit]]] = defaultdict(list)
         for k, step in enumerate(ranks[0]["steps"]):
             if step["round"] >= 0:
-                by_variant[step["variant"]].append(split_step([r["steps"][k] for r in ranks], group, layer["request"]))
+                steps = [r["steps"][k] for r in ranks]
+                by_variant[step["variant"]].append(split_step(steps, group, layer["request"], receives_poll))
         for variant, rounds in by_variant.items():
             def median_mean(field: str) -> float:
                 return float(np.median([np.mean([getattr(s, field) for s in splits]) for splits in rounds]))

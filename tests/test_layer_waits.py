@@ -48,6 +48,10 @@ def test_a_late_member_shows_as_its_partners_waiting():
     assert row.waiting_s == pytest.approx(0.003 / 4) and row.after_arrival_s == pytest.approx(0.006 / 4)
     assert row.waiting_share == pytest.approx(0.003 / 0.009)
     assert (row.ranks_in_mpi, row.ranks) == (2.5, 4)
+    trace["poll_sleep_us"] = 500  # receive waits asleep: rank 3's no longer counts
+    assert [s.in_mpi_each for s in split_step(steps, groups([list(c) for c in COORDS], [1]), 0, receives_poll=False)] \
+        == [(2,), (2,), (2,), (2,)]
+    assert layer_waits(trace)[0].ranks_in_mpi == 2
 
 
 def test_the_group_is_the_request_axes_not_the_whole_job():

@@ -162,7 +162,9 @@ def test_pipeline_waits_asleep_run_the_same_schedule_exactly(tmp_path):
     assert doc["wrong"] == {"check": 0, "activations": 0, "outputs": 0} and doc["timing"]["poll_sleep_us"] == 200
     assert "# pipeline waits: tested every 200 us, asleep in between" in job.stdout
     assert all(r["step_s"] >= floor_s(2, 1) for v in doc["variants"].values() for r in v["rounds"])
-    check_trace(json.loads(trace.read_text()), 2 * forward_s(2, 1))
+    traced = json.loads(trace.read_text())
+    assert traced["poll_sleep_us"] == 200
+    check_trace(traced, 2 * forward_s(2, 1))
 
 
 def test_a_three_dimensional_step_on_eight_ranks(tmp_path):
