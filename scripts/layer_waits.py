@@ -1,6 +1,6 @@
 """Where a traced step's layer communication went: waiting for the group's last member, or the call itself.
 
-    python -m scripts.layer_waits TRACE... [--json OUT]
+    python -m scripts.layer_waits TRACE... [--variant best|default] [--json OUT]
 
 TRACE is `runtime.step --trace`'s document (or it gzipped, `.gz`). A layer collective (a tensor or
 expert all-reduce, one of `runtime.step`'s LAYER runs) cannot finish on any
@@ -217,12 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: print the splits (and write them as JSON); the exit status."""
     p = argparse.ArgumentParser(prog="python -m scripts.layer_waits", description=__doc__.split("\n")[0])
     p.add_argument("traces", type=Path, nargs="+", metavar="TRACE", help="runtime.step --trace's documents (.gz too)")
+    p.add_argument("--variant", choices=("best", "default"), default=None, help="only this variant's rows (default: both)")
     p.add_argument("--json", type=Path, default=None, help="write the splits here as JSON")
     args = p.parse_args(argv)
     rows = []
     for path in args.traces:
         try:
-            rows += [(trace_name(path), r) for r in layer_waits(load_trace(path))]
+            rows += [(trace_name(path), r) for r in layer_waits(load_trace(path))
+                     if args.variant in (None, r.variant)]
         except (OSError, EOFError, json.JSONDecodeError, KeyError, TraceError) as e:
             why = e if isinstance(e, TraceError) else f"not a runtime.step --trace document: {e}"
             print(f"error: {path}: {why}", file=sys.stderr)

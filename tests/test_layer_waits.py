@@ -160,3 +160,31 @@ def test_every_run_splits_into_parts_that_add_up_and_the_last_to_enter_waits_for
     for g in range(groups_n):
         members = [r for r, c in enumerate(coords) if c[0] == g]
         assert all(min(split[m].waiting_each_s[k] for m in members) == 0 for k in range(runs))
+
+
+def test_step_md_intervention_tables_are_rebuilt_from_the_committed_traces(capsys):
+    """step.md's "An intervention": the split of both waits' traces (best variant), and per placement the ranks
+    polling, the run's time after arrival and the step, each way; every run exact, clean, and waiting as named."""
+    poll = WAITS / "poll"
+    doc = (WAITS.parent.parent / "step.md").read_text()
+    traces = [poll / f"{name}.{wait}.trace.json.gz" for name in TRACES for wait in ("mpi", "sleep")]
+    assert main([*map(str, traces), "--variant", "best"]) == 0
+    assert capsys.readouterr().out.strip() in doc
+    for name in TRACES:
+        rows, steps = {}, {}
+        for wait, sleep_us in (("mpi", 0), ("sleep", 500)):
+            trace = load_trace(poll / f"{name}.{wait}.trace.json.gz")
+            assert trace["poll_sleep_us"] == sleep_us
+            (rows[wait],) = [r for r in layer_waits(trace) if r.variant == "best"]
+            steps[wait] = json.loads((poll / f"{name}.{wait}.step.json").read_text())
+            assert steps[wait]["timing"]["poll_sleep_us"] == sleep_us and not steps[wait]["run"]["dirty"]
+            assert steps[wait]["wrong"] == {"check": 0, "activations": 0, "outputs": 0}
+
+        def step(d):
+            b = d["variants"]["best"]
+            return f"{b['step_s'] * 1e3:.0f} [{b['step_ci_s'][0] * 1e3:.0f}, {b['step_ci_s'][1] * 1e3:.0f}]"
+        m, s = rows["mpi"], rows["sleep"]
+        row = (f"| {name} | {steps['mpi']['description'].split('tensor=')[1]} | {m.ranks_in_mpi:g} -> "
+               f"{s.ranks_in_mpi:g} | {m.after_arrival_run_s * 1e3:.2f} -> {s.after_arrival_run_s * 1e3:.2f} "
+               f"({s.after_arrival_run_s / m.after_arrival_run_s:.2f}x) | {step(steps['mpi'])} | {step(steps['sleep'])} |")
+        assert row in doc, row
