@@ -52,12 +52,10 @@ from p2synth.runtime.job import (
     EXIT_DETECTED,
     EXIT_MISSED,
     EXIT_OK,
-    EXIT_USAGE,
     EXIT_WRONG,
     mpi_version,
     RankZeroParser,
-    run_guarded,
-    start_command,
+    run_command,
 )
 from p2synth.runtime.layout import Role
 from p2synth.hierarchies.plan_file import PlanFileError, load_plan_file
@@ -149,15 +147,10 @@ def main(argv: list[str] | None = None, data: DataFactory = tagged_data) -> int:
 
     `data` makes the check runs' data (scripts/fault_audit.py passes another scheme).
     """
-    world = MPI.COMM_WORLD
-    return run_guarded(world, lambda: _main(argv, world, data))
+    return run_command(argv, parse_args, prepare, lambda args, job, backend, world: _bench(args, job, backend, world, data))
 
 
-def _main(argv: list[str] | None, world: MPI.Intracomm, data: DataFactory) -> int:
-    started = start_command(world, argv, parse_args, prepare)
-    if started is None:
-        return EXIT_USAGE
-    args, job, backend = started
+def _bench(args: argparse.Namespace, job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory) -> int:
     results: list[Result] | list[InjectResult]
     if job.inject is not None:
         results = inject_sweep(job, backend, world, data)

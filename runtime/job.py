@@ -88,6 +88,20 @@ def start_command(world: MPI.Intracomm, argv: list[str] | None, parse_args: Call
     return None if started is None else (*started[0], started[1])
 
 
+def run_command(argv: list[str] | None, parse_args: Callable[[list[str] | None], Any],
+                prepare: Callable[[Any, MPI.Intracomm], Any], body: Callable[[Any, Any, Any, MPI.Intracomm], int]) -> int:
+    """The entry point of a runtime command whose arguments name the backend, on MPI's world: :func:`start_command`
+    (exit 2 if any rank's input is bad, its one line printed), then ``body(args, prepared, backend, world)``'s exit
+    status, every rank the same; an exception on any rank aborts the whole job (:func:`run_guarded`)."""
+    world = MPI.COMM_WORLD
+
+    def command() -> int:
+        started = start_command(world, argv, parse_args, prepare)
+        return EXIT_USAGE if started is None else body(*started, world)
+
+    return run_guarded(world, command)
+
+
 def start_job(world: MPI.Intracomm, prepare: Callable[[], Any], backend_kind: Callable[[Any], Any]) -> tuple[Any, Any] | None:
     """The start every runtime command shares: `prepare()` (parse and load, on every rank), then the backend
     named by ``backend_kind(prepared)``; None when any rank failed either (its one line printed, exit 2 due)."""

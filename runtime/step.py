@@ -61,8 +61,8 @@ from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, PlannedPlacem
 from p2synth.hierarchies.step import Part, Pass, Role, StepSpec, request_part, stage_ops
 from p2synth.runtime.backends import Backend, BackendKind
 from p2synth.runtime.data import rank_tag
-from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
-                                 run_guarded, start_command)
+from p2synth.runtime.job import (EXIT_OK, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
+                                 run_command)
 from p2synth.runtime.plan import Selection, select
 from p2synth.runtime.provenance import RunStart
 from p2synth.runtime.report import out_of_bounds_line
@@ -468,15 +468,10 @@ def slowest(figures: Figures, world: MPI.Intracomm) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: returns the exit status (every rank returns the same)."""
-    world = MPI.COMM_WORLD
-    return run_guarded(world, lambda: _main(argv, world))
+    return run_command(argv, parse_args, prepare, _step)
 
 
-def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
-    started = start_command(world, argv, parse_args, prepare)
-    if started is None:
-        return EXIT_USAGE
-    args, job, backend = started
+def _step(args: argparse.Namespace, job: StepJob, backend: Backend, world: MPI.Intracomm) -> int:
     level = MPI.Query_thread()
     overlap = level == MPI.THREAD_MULTIPLE and backend.kind is BackendKind.NUMPY
     rank0 = world.Get_rank() == 0

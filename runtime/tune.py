@@ -58,13 +58,13 @@ from rich.progress import Progress
 
 from p2synth.hierarchies.cli import count_argument, enum_argument, fraction_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
-from p2synth.runtime.backends import BackendKind
+from p2synth.runtime.backends import Backend, BackendKind
 from p2synth.runtime.bench import Job, Runner, mismatches
 from p2synth.runtime.calibration import MiB, Bench, fitted_hierarchy, library_of, measure_level, message_sizes, significant
 from p2synth.runtime.data import element_count, tagged_data, timed_expected, timed_input
 from p2synth.runtime.executor import Buffers, CompiledProgram
-from p2synth.runtime.job import (EXIT_OK, EXIT_USAGE, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
-                                 run_guarded, start_command)
+from p2synth.runtime.job import (EXIT_OK, EXIT_WRONG, RankZeroParser, mpi_version, require_out_folder,
+                                 run_command)
 from p2synth.runtime.layout import Role
 from p2synth.runtime.measure import Measured, interleaved
 from p2synth.runtime.plan import Selection, select
@@ -149,15 +149,11 @@ def prepare(args: argparse.Namespace, world: MPI.Intracomm) -> tuple[PlanFile, l
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: returns the exit status (every rank returns the same)."""
-    world = MPI.COMM_WORLD
-    return run_guarded(world, lambda: _main(argv, world))
+    return run_command(argv, parse_args, prepare, _tune)
 
 
-def _main(argv: list[str] | None, world: MPI.Intracomm) -> int:
-    started = start_command(world, argv, parse_args, prepare)
-    if started is None:
-        return EXIT_USAGE
-    args, (plan, tasks), backend = started
+def _tune(args: argparse.Namespace, prepared: tuple[PlanFile, list[Task]], backend: Backend, world: MPI.Intracomm) -> int:
+    plan, tasks = prepared
     config = TimingConfig(warmup=args.warmup, iters=args.iters, repeats=args.repeats)
     rank0 = world.Get_rank() == 0
     start = RunStart.now() if rank0 else None  # git runs once, on the rank that writes
