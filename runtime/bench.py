@@ -21,6 +21,7 @@ fault did not strike was wrong.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None, data: DataFactory = tagged_data) -> int:
 
     `data` makes the check runs' data (scripts/fault_audit.py passes another scheme).
     """
-    return run_command(argv, parse_args, prepare, lambda args, job, backend, world: _bench(args, job, backend, world, data))
+    return run_command(argv, parse_args, prepare, functools.partial(_bench, data=data))
 
 
 def _bench(args: argparse.Namespace, job: Job, backend: Backend, world: MPI.Intracomm, data: DataFactory) -> int:

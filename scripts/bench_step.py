@@ -299,9 +299,10 @@ def repriced(raw: dict, hierarchy: Hierarchy) -> dict:
             raise UsageError(f"{where}: the recorded plan has no step section to price")
         by_matrix = {json.dumps(e["matrix"]): i for i, e in enumerate(plan.entries)}
         for p in job["placements"]:
-            if json.dumps(p["matrix"]) not in by_matrix:
+            index = by_matrix.get(json.dumps(p["matrix"]))
+            if index is None:
                 raise UsageError(f"{where}: placement {p['description']} is not in the recorded plan")
-            step, total = planned_step_time(plan, by_matrix[json.dumps(p["matrix"])])
+            step, total = planned_step_time(plan, index)
             p["predicted"], p["sum_s"] = step.to_json(), total
     return out
 

@@ -14,9 +14,8 @@ predicts", cites. Every rank joins a gloo job (runtime/torch_dist.py ``init_proc
 * a copy of the whole buffer (``x.clone()``);
 * the two reduce_scatters and the four steps again, each reduce_scatter run by the exported module's own step
   (solver/exports/to_torch.py, ``reduce_scatter_step``), which on gloo is ``all_to_all_single`` of the blocks, then
-  their sum. gloo's
-  own ``reduce_scatter_tensor`` clones its input and all-reduces all of it, so each member sends ``2 (k-1)/k`` of the
-  buffer where the exchange sends ``(k-1)/k``.
+  their sum. gloo's own ``reduce_scatter_tensor`` clones its input and all-reduces all of it, so each member sends
+  ``2 (k-1)/k`` of the buffer where the exchange sends ``(k-1)/k``.
 
 Each call runs once untimed, then ``--repeats`` times, each between barriers; a repeat's time is the slowest rank's.
 Rank 0 prints the median of each in ms and writes ``--out`` (JSON: the commit and whether the checkout was dirty,

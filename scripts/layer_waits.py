@@ -45,9 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from p2synth.hierarchies.cli import write_json_atomic
-
-EXIT_OK, EXIT_USAGE = 0, 2
+from p2synth.hierarchies.cli import EXIT_USAGE, write_json_atomic
 
 
 class TraceError(ValueError):
@@ -232,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(rows)))
     if args.json is not None:
         write_json_atomic([{"trace": name, **asdict(r), "waiting_share": r.waiting_share} for name, r in rows], args.json)
-    return EXIT_OK
+    return 0
 
 
 if __name__ == "__main__":
