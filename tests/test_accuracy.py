@@ -781,3 +781,25 @@ def test_a_pipelined_program_holds_the_step_overhead_as_often_as_the_solver_coun
     three = next(p for p in all_programs(pl, make_request(pl, ("data",), "all_reduce"), 3) if len(p.steps) == 3)
     assert overhead_calls(three) == 3 and overhead_calls(dataclasses.replace(three, pipeline=8)) == 10
     assert overhead_calls(dataclasses.replace(three, pipeline=8)) == pipelined_seconds(PY, [1.0] * 3, [[0.0] * 3], 8)
+
+
+def test_the_sixth_frozen_suite_measures_a_new_shape_and_collective_set_on_40_cases():
+    """frozen-4x2x2 (issue 32, item 4): a testbed shape and a collective set that no earlier frozen campaign measured,
+    and enough combos with two or more programs at its one size to judge the tuner on at least 40 re-measured cases."""
+    from scripts.accuracy import programs as P
+    from scripts.accuracy.suite import SUITES
+    from scripts.testbed.config import TestbedConfig, parse_rate
+
+    new = SUITES["frozen-4x2x2"]
+    earlier = [SUITES[n] for n in ("frozen", "frozen-3x2x2", "frozen-6x2", "frozen-4x3", "frozen-2x2x3")]
+    shape = lambda tb: (tb.racks, tb.nodes, tb.ranks_per_node)
+    assert all(shape(new.testbeds[0]) != shape(tb) for s in earlier for tb in s.testbeds)
+    assert all(set(new.collectives) != set(s.collectives) for s in earlier)
+    assert new.frozen and new.validate and Suite.from_json(json.loads(json.dumps(new.to_json()))) == new
+    tb = new.testbeds[0]
+    h = TestbedConfig(nodes=tb.nodes, ranks_per_node=tb.ranks_per_node, inter_node_bps=parse_rate(tb.inter_node),
+                      racks=tb.racks, inter_rack_bps=parse_rate(tb.inter_rack)).hierarchy()
+    several = sum(len(P.all_programs(pl, P.make_request(pl, names, col), new.max_steps)) > 1
+                  for axes in new.axes_sets for pl in P.placements(h, axes)
+                  for names, col in P.requests(axes, new.collectives))
+    assert several * len(new.sizes) >= 40

@@ -18,7 +18,8 @@ TARGETS = {"top1_strict": 0.7, "top1_strict_over_always_default": 0.25, "top1": 
            "tuned_regret_median": 1.02}
 DOCS = {"default": "docs/accuracy", "frozen": "docs/accuracy/frozen", "exchange": "docs/accuracy/exchange",
         "frozen-3x2x2": "docs/accuracy/frozen-3x2x2", "frozen-6x2": "docs/accuracy/frozen-6x2",
-        "frozen-4x3": "docs/accuracy/frozen-4x3", "frozen-2x2x3": "docs/accuracy/frozen-2x2x3"}  # where each suite's files live
+        "frozen-4x3": "docs/accuracy/frozen-4x3", "frozen-2x2x3": "docs/accuracy/frozen-2x2x3",
+        "frozen-4x2x2": "docs/accuracy/frozen-4x2x2"}  # where each suite's files live
 
 
 def summary_doc(report: dict, raw_name: str, suite: str = "default") -> dict:
