@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
 from scripts.tables import markdown
 
 COLUMNS = ("", "simulator", "alpha-beta", "always the default", "random pick", "target")
@@ -89,13 +90,35 @@ def breakdowns(report: dict) -> str:
     return "\n\n".join(out)
 
 
+def read_document(path: Path, kind: str) -> dict:
+    """The JSON document at `path`; UsageError in one line where it is missing or not a `kind` file."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"{path}: not a readable {kind} file ({one_line(e)})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: not a {kind} file (a JSON object is expected)")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print each named summary's table (or, after ``--breakdowns``, each named report's), a blank line between."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--breakdowns"]:
-        print("\n\n".join(breakdowns(json.loads(Path(p).read_text())) for p in args[1:]))
-    else:
-        print("\n\n".join(table(json.loads(Path(p).read_text())) for p in args))
+    """Print each named summary's table (or, with ``--breakdowns``, each named report's), a blank line between; the
+    exit status (2, with one line on stderr, for a missing or malformed file)."""
+    p = ArgumentParser(prog="python -m scripts.accuracy.table", description=__doc__.split("\n")[0])
+    p.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                   help="summary files (scripts.accuracy --summary), or with --breakdowns report files (--out)")
+    p.add_argument("--breakdowns", action="store_true", help="print the reports' held-out figures by testbed, size and collective")
+    try:
+        args = p.parse_args(argv)
+        make, kind = (breakdowns, "report") if args.breakdowns else (table, "summary")
+        text = "\n\n".join(make(read_document(path, kind)) for path in args.files)
+    except KeyError as e:
+        print(f"error: not a {kind} file of scripts.accuracy: it lacks {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(text)
     return 0
 
 
