@@ -803,3 +803,34 @@ def test_the_sixth_frozen_suite_measures_a_new_shape_and_collective_set_on_40_ca
                   for axes in new.axes_sets for pl in P.placements(h, axes)
                   for names, col in P.requests(axes, new.collectives))
     assert several * len(new.sizes) >= 40
+
+
+def test_the_table_tool_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
+    """scripts.accuracy.table: a missing file, one that is not JSON, not an object, or not a summary (report) exits 2
+    with one line naming the file and what it should be; the usage error too."""
+    (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "other.json").write_text('{"cases": 3}')
+    for args, words in (([str(tmp_path / "missing.json")], "not a readable summary file"),
+                        ([str(tmp_path / "text.json")], "not a readable summary file"),
+                        ([str(tmp_path / "list.json")], "not a summary file"),
+                        ([str(tmp_path / "other.json")], "not a summary file of scripts.accuracy: it lacks"),
+                        (["--breakdowns", str(tmp_path / "other.json")], "not a report file of scripts.accuracy: it lacks"),
+                        ([], "the following arguments are required: FILE")):
+        r = subprocess.run([sys.executable, "-m", "scripts.accuracy.table", *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and r.stdout == "", (args, r.stdout)
+        assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, (args, r.stderr)
+
+
+def test_the_by_kind_tool_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
+    """scripts.accuracy.by_kind: a missing raw file, or a raw file and report that are not scripts.accuracy's, exit 2
+    with one line."""
+    (tmp_path / "raw.json").write_text('{"testbeds": 1}')
+    (tmp_path / "report.json").write_text('{"cases": []}')
+    for args, words in (([str(tmp_path / "missing" / "raw.json")], "not a readable raw file"),
+                        ([str(tmp_path / "raw.json")], "not a raw file and report of scripts.accuracy")):
+        r = subprocess.run([sys.executable, "-m", "scripts.accuracy.by_kind", *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and r.stdout == "", (args, r.stdout)
+        assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, (args, r.stderr)

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ["docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2",
-           "docs/accuracy/frozen-4x3", "docs/accuracy/frozen-2x2x3"]
+           "docs/accuracy/frozen-4x3", "docs/accuracy/frozen-2x2x3", "docs/accuracy/frozen-4x2x2"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -45,6 +45,17 @@ def test_the_fifth_frozen_campaign_judges_coll_hans_all_gather_and_the_tuner_on_
     assert doc["tuner_oos_cases"] >= 40
 
 
+def test_the_sixth_frozen_campaign_judges_the_model_unchanged_since_the_fifth_and_the_tuner_on_40_cases():
+    """docs/accuracy/frozen-4x2x2/: 16 ranks in 4 racks, all_reduce and broadcast at 4 MiB; the model frozen at a commit
+    whose code predicts every earlier frozen campaign's programs as their frozen models did (their summaries' frozen
+    checks, rebuilt above with the code at hand); the tuner judged on at least 40 re-measured cases."""
+    doc, raw = frozen_campaign("docs/accuracy/frozen-4x2x2")
+    assert [tb["testbed"]["name"] for tb in raw["testbeds"]] == ["4x2x2-1gbit-400mbit"]
+    assert all(tb["hierarchy"]["han_broadcast"] == "binomial" and tb["hierarchy"]["tuned_all_reduce"] == "rules"
+               for tb in raw["testbeds"])
+    assert doc["tuner_oos_cases"] >= 40
+
+
 def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchange():
     """docs/accuracy/exchange/: the main campaign's reduce_scatter combos on its 1 Gbit/s testbeds, measured after the
     runtime began running reduce_scatter steps as an exchange, with the model frozen first."""
@@ -56,7 +67,7 @@ def test_the_exchange_campaign_judges_the_model_it_froze_on_the_runtimes_exchang
 
 CAMPAIGNS = ("docs/accuracy", "docs/accuracy/frozen", "docs/accuracy/exchange", "docs/accuracy/pipelined",
              "docs/accuracy/frozen-3x2x2", "docs/accuracy/frozen-6x2", "docs/accuracy/frozen-4x3",
-             "docs/accuracy/frozen-2x2x3")  # in order
+             "docs/accuracy/frozen-2x2x3", "docs/accuracy/frozen-4x2x2")  # in order
 
 
 def frozen_record(folder: str) -> tuple[dict, dict]:
@@ -135,6 +146,7 @@ def _table(*args):
     ("docs/accuracy/frozen-6x2/README.md", ["docs/accuracy/frozen-6x2/summary.json"]),
     ("docs/accuracy/frozen-4x3/README.md", ["docs/accuracy/frozen-4x3/summary.json"]),
     ("docs/accuracy/frozen-2x2x3/README.md", ["docs/accuracy/frozen-2x2x3/summary.json"]),
+    ("docs/accuracy/frozen-4x2x2/README.md", ["docs/accuracy/frozen-4x2x2/summary.json"]),
 ])
 def test_the_docs_show_the_summaries_figures(doc, summaries):
     """Every accuracy table in the docs is the table scripts.accuracy.table makes from the committed summary."""
@@ -146,3 +158,10 @@ def test_the_docs_show_the_summaries_figures(doc, summaries):
 def test_the_breakdowns_in_the_docs_are_the_reports():
     text = (ROOT / "docs/accuracy/README.md").read_text()
     assert _table("--breakdowns", "docs/accuracy/report.json") in text
+
+
+def test_the_sixth_campaigns_readme_shows_the_losing_picks_and_the_programs_by_kind():
+    done = subprocess.run([sys.executable, "-m", "scripts.accuracy.by_kind", "docs/accuracy/frozen-4x2x2/raw.json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in (ROOT / "docs/accuracy/frozen-4x2x2/README.md").read_text()
