@@ -237,7 +237,7 @@ FROZEN_2X2X3 = replace(
 # every earlier frozen campaign's programs as their frozen models did): a shape no campaign measured, 4 racks of 2 nodes of 2 ranks (16 ranks; 8 host leaders, 2 per rack, share
 # each rack's uplink in coll/han's inter-host stage), with all_reduce and broadcast, a set no campaign measured
 # together, under the frozen suite's rules and every axes set of 16 with at most two axes. One size, 4 MiB, so that
-# 16 ranks on 2 shared cores finish in under an hour; its 54 combos with two or more programs judge the tuner on more
+# 16 ranks on 2 shared cores finish in about an hour and a half; its 54 combos with two or more programs judge the tuner on more
 # than 40 re-measured cases.
 FROZEN_4X2X2 = replace(
     FROZEN, name="frozen-4x2x2",
