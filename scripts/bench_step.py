@@ -71,7 +71,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from p2synth.hierarchies.cli import ArgumentParser, UsageError, write_json_atomic, write_text_atomic
+from p2synth.hierarchies.cli import ArgumentParser, UsageError, count_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.step import StepSpec
 from scripts.accuracy.suite import Testbed
@@ -180,6 +180,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="refuse to start unless the model's code is committed, and record its commit (a held-out campaign)")
     p.add_argument("--rounds", type=int, default=11, help="interleaved rounds per placement (default 11)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    p.add_argument("--poll-sleep-us", type=count_argument(0), default=0, metavar="US",
+                   help="runtime.step's --poll-sleep-us: the pipeline's waits test their requests every US microseconds "
+                        "and sleep in between (default 0: they wait inside MPI, as every committed campaign ran)")
     p.add_argument("--calibrate-bytes", type=int, default=4 * MiB, help="calibration's largest message (default 4 MiB)")
     p.add_argument("--instance", default="step", help="the testbed instance (default step)")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-step"), help="specs, plans, step results")
@@ -476,7 +479,8 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
     out = args.workdir / f"step-{tag}-{index}.json"
     out.unlink(missing_ok=True)
     r = testbed("run", "--timeout", "900", "--", "python", "-m", "runtime.step", str(plan_path), "--placement", str(index),
-                "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--out", str(out),
+                "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--poll-sleep-us", str(args.poll_sleep_us),
+                "--out", str(out),
                 timeout=960, check=False, instance=args.instance)
     if r.returncode != 0 or not out.exists():
         return {**record, "error": f"runtime.step exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
@@ -511,7 +515,8 @@ def measure(args: argparse.Namespace, log) -> dict:
     args.workdir.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     raw = {"started": now(), "command": sys.argv, "commit": commit or None, **({"model": args.model} if args.model else {}),
-           "settings": {"rounds": args.rounds, "warmup": args.warmup, "calibrate_bytes": args.calibrate_bytes,
+           "settings": {"rounds": args.rounds, "warmup": args.warmup, "poll_sleep_us": args.poll_sleep_us,
+                        "calibrate_bytes": args.calibrate_bytes,
                         "step": STEP, "jobs": JOBS}, "testbeds": []}
     for name in args.testbeds:
         tb: Testbed = TESTBEDS[name]

@@ -224,6 +224,7 @@ def test_reprice_refuses_a_hierarchy_of_another_shape(tmp_path):
     (["--from-raw", "/nonexistent.json"], "error: cannot read raw measurements /nonexistent.json"),
     (["--out", "/tmp/x.json", "--jobs", "dp2-pp2-tp4"], "error: --testbeds 4x2-1gbit has 8 ranks and no job of --jobs runs on 8"),
     (["--out", "x.json", "--rounds", "2"], "error: --rounds must be at least 3"),
+    (["--out", "x.json", "--poll-sleep-us", "-1"], "error: argument --poll-sleep-us"),
     (["--out", "x.json", "--repredict"], "error: --repredict needs --from-raw"),
     (["--out", "x.json", "--reprice", "h.json"], "error: --reprice needs --from-raw and not --repredict"),
     (["--from-raw", "docs/measurements/step/step16b.raw.json", "--repredict", "--reprice", "h.json"],
@@ -347,3 +348,20 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
                 "best_regret_worst_job", "sum_model_regret", "spearman_pooled_across_jobs"} <= set(f)
         assert "spearman (median over jobs)" in doc and "spearman pooled across jobs (not the headline)" in doc
         assert f["wrong_elements"] == 0 and f["failed"] == 0
+
+
+def test_a_placement_runs_with_the_poll_setting_it_was_given(tmp_path, monkeypatch):
+    """measure_placement hands --poll-sleep-us to runtime.step (0 unless given), so a campaign runs the waits it names."""
+    import argparse
+    import scripts.accuracy.measure as measure
+    from scripts.bench_step import measure_placement
+
+    calls = []
+    monkeypatch.setattr(measure, "testbed", lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 1, "", "x"))
+    plan = {"placements": [{"matrix": [[1]], "description": "d", "step": {"step_s": 1.0}, "total_s": 1.0}]}
+    for given in (0, 500):
+        args = argparse.Namespace(workdir=tmp_path, rounds=3, warmup=0, poll_sleep_us=given, instance="step")
+        record = measure_placement(args, "t", tmp_path / "plan.json", plan, 0, lambda s: None)
+        assert "error" in record
+        command = list(calls[-1])
+        assert command[command.index("--poll-sleep-us") + 1] == str(given) and "runtime.step" in command
