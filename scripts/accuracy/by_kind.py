@@ -16,20 +16,24 @@ import sys
 from pathlib import Path
 
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
+from scripts.accuracy import metrics as M
 from scripts.accuracy.cases import Case, load_cases
-from scripts.accuracy.programs import predict
+from scripts.accuracy.fit import predict_all
 from scripts.accuracy.table import read_document
 from scripts.tables import markdown
 
+CALIBRATED = "calibrated"  # the key of the simulator's predictions on the calibrated hierarchy, before any fit
+
 
 def _ratios(cases: list[Case], fitted: dict) -> dict[tuple[str, int], tuple[list[float], list[float]]]:
-    """(collective, steps) -> (fitted predicted / measured, calibrated predicted / measured) over every program."""
+    """(collective, steps) -> (fitted predicted / measured, calibrated predicted / measured) over every program;
+    the calibrated predictions are ``predicted[CALIBRATED]`` (:func:`fit.predict_all`)."""
     out: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
     for c in cases:
         for i, p in enumerate(c.programs):
             fit, cal = out.setdefault((str(c.request.collective), len(p.steps)), ([], []))
             fit.append(fitted[(c.combo, c.nbytes)][i] / c.measured[i])
-            cal.append(predict(c.placement, c.request, p, c.nbytes, "simulator") / c.measured[i])
+            cal.append(c.predicted[CALIBRATED][i] / c.measured[i])
     return out
 
 
@@ -41,14 +45,14 @@ def _median(xs: list[float]) -> str:
 
 def calibrated_picks(cases: list[Case]) -> tuple[int, int, int]:
     """(held-out cases with two or more programs, those whose calibrated-only pick measures > 5% slower than the
-    default, those whose calibrated-only pick is the measured fastest)."""
+    default, those whose calibrated-only pick is the measured fastest), from ``predicted[CALIBRATED]``."""
     n = loss = strict = 0
     for c in cases:
         if c.fit or len(c.programs) < 2:
             continue
-        pred = [predict(c.placement, c.request, p, c.nbytes, "simulator") for p in c.programs]
+        pred = c.predicted[CALIBRATED]
         pick = min(range(len(pred)), key=pred.__getitem__)
-        n, loss = n + 1, loss + (c.measured[pick] > 1.05 * c.measured[c.default_index])
+        n, loss = n + 1, loss + M.loses(c.measured, pick, c.default_index)
         strict += c.measured[pick] == min(c.measured)
     return n, loss, strict
 
@@ -65,14 +69,15 @@ def losing_picks(report: dict) -> str:
             continue
         default = next(p for p in c["programs"] if p["default"])
         pick = min(c["programs"], key=lambda p: p["simulator_s"])
-        if pick["measured_s"] > 1.05 * default["measured_s"]:
+        if M.loses([default["measured_s"], pick["measured_s"]], 1, 0):
             rows.append([f"`{c['request']}`, {c['placement']}", cell(default), f"`{pick['text']}` {cell(pick)}"])
     return markdown(("case", "default: measured ms [95%] / predicted", "pick: measured ms [95%] / predicted"), rows)
 
 
 def by_kind(raw: dict, report: dict) -> str:
     """The table and the calibrated model's pick figures, as text."""
-    cases, _ = load_cases(raw)
+    cases, hierarchies = load_cases(raw)
+    predict_all(cases, hierarchies, "simulator", CALIBRATED)  # once: both figures below read them
     fitted = {(c["combo"], c["nbytes"]): [p["simulator_s"] for p in c["programs"]] for c in report["cases"]}
     rows = [[col, str(steps), str(len(fit)), _median(fit), _median(cal)]
             for (col, steps), (fit, cal) in sorted(_ratios(cases, fitted).items())]
