@@ -13,7 +13,13 @@ Pure functions on plain lists of seconds, no MPI:
   sign test rejects chance at a stated level (the rounds are paired: round r
   of every program ran back to back, under the same load);
 * :func:`pick`: the tuner's rule: the measured-fastest program, but the default
-  unless that one beats the default by :data:`MIN_GAIN` under the paired test.
+  unless that one beats the default by :data:`MIN_GAIN` under the paired test;
+* :func:`paired_verdict`: every "faster / slower / within noise" verdict the
+  measurements print (DDP, step, tuner, validate; issue 47): an exact one-sided
+  sign test over the interleaved rounds at :data:`LEVEL` each way, and for
+  "within noise" a paired equivalence test (two one-sided sign tests, TOST) with
+  the margin :data:`EQUIVALENCE_MARGIN`; what none of the three shows is
+  "inconclusive".
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ from dataclasses import dataclass
 CONFIDENCE = 0.95
 MIN_GAIN = 0.02  # the tuner leaves the default only for a program at least 2% faster ...
 LEVEL = 0.05     # ... in enough paired rounds that a one-sided exact sign test rejects chance at this level
+EQUIVALENCE_MARGIN = 0.05  # "within noise": shown within 5% of the default, either way, on the paired rounds
+
+FASTER, SLOWER, WITHIN, INCONCLUSIVE = "faster", "slower", "within noise", "inconclusive"
+NO_HOOK = "no hook attached"  # the variant ran the default itself: no evidence for or against a hook
 
 
 @dataclass(frozen=True)
@@ -116,3 +126,69 @@ def relative_spread(samples: Sequence[float]) -> float:
     """How much the repeats of one program differ: (slowest - fastest) / median."""
     xs = [float(x) for x in samples]
     return (max(xs) - min(xs)) / statistics.median(xs)
+
+
+@dataclass(frozen=True)
+class PairedVerdict:
+    """A candidate against the default on their interleaved rounds: the verdict (:data:`FASTER`, :data:`SLOWER`,
+    :data:`WITHIN` or :data:`INCONCLUSIVE`), the rounds, those the candidate was faster and slower in, the median over
+    rounds of default / candidate (above 1: the candidate faster) and both one-sided sign tests' p-values."""
+
+    verdict: str
+    rounds: int
+    wins: int
+    losses: int
+    median_ratio: float
+    p_faster: float
+    p_slower: float
+
+    def text(self) -> str:
+        """The verdict as the tables print it: ``faster (9 of 9 rounds, p = 0.002)``; for a verdict not shown by a
+        one-sided test, the rounds each way and the smaller p-value."""
+        if self.verdict in (FASTER, SLOWER):
+            won, p = (self.wins, self.p_faster) if self.verdict == FASTER else (self.losses, self.p_slower)
+            return f"{self.verdict} ({won} of {self.rounds} rounds, p = {p:.3f})"
+        return f"{self.verdict} ({self.wins} faster, {self.losses} slower of {self.rounds} rounds)"
+
+    def to_json(self) -> dict:
+        """The verdict and its figures, as the summaries record them."""
+        return {"verdict": self.verdict, "rounds": self.rounds, "faster_rounds": self.wins, "slower_rounds": self.losses,
+                "median_ratio": round(self.median_ratio, 3), "p_faster": round(self.p_faster, 4),
+                "p_slower": round(self.p_slower, 4)}
+
+
+def paired_verdict(candidate: Sequence[float], default: Sequence[float], level: float = LEVEL,
+                   margin: float = EQUIVALENCE_MARGIN) -> PairedVerdict:
+    """`candidate` against `default` on their paired rounds (``candidate[r]`` and ``default[r]`` ran in the same
+    interleaved round r): the one verdict every measurement prints.
+
+    * faster: the rounds the candidate took less time in reject chance under a one-sided exact sign test at `level`
+      (rounds with equal times are dropped, as the sign test drops ties); with 9 rounds, 8 of them (p = 0.020);
+    * slower: the same test the other way;
+    * within noise: neither, and a paired equivalence test shows the candidate within `margin` of the default both
+      ways: the rounds with ``candidate < (1 + margin) default`` and those with ``candidate > (1 - margin) default``
+      each reject chance under the one-sided sign test at `level` (two one-sided tests, TOST; with 9 rounds, 8 of
+      9 inside each bound);
+    * inconclusive: none of these shown.
+
+    The two one-sided tests for faster and slower run at `level` each; no round is counted twice in one test.
+    """
+    if len(candidate) != len(default) or not candidate:
+        raise ValueError("paired rounds of equal, non-zero length expected")
+    pairs = list(zip(map(float, candidate), map(float, default)))
+    wins = sum(c < d for c, d in pairs)
+    losses = sum(c > d for c, d in pairs)
+    p_faster, p_slower = sign_test_p(wins, wins + losses), sign_test_p(losses, wins + losses)
+    n = len(pairs)
+    below = sum(c < (1 + margin) * d for c, d in pairs)
+    above = sum(c > (1 - margin) * d for c, d in pairs)
+    if p_faster <= level:
+        verdict = FASTER
+    elif p_slower <= level:
+        verdict = SLOWER
+    elif max(sign_test_p(below, n), sign_test_p(above, n)) <= level:
+        verdict = WITHIN
+    else:
+        verdict = INCONCLUSIVE
+    ratio = statistics.median(d / c for c, d in pairs)
+    return PairedVerdict(verdict, n, wins, losses, ratio, p_faster, p_slower)

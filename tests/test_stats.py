@@ -66,3 +66,31 @@ def test_pick_keeps_the_default_unless_paired_faster():
     assert pick([DEFAULT, eight, fast_noisy], 0) == 0
     # the default itself measured fastest: kept
     assert pick([DEFAULT, [d * 1.1 for d in DEFAULT]], 0) == 0
+
+
+def test_paired_verdict_faster_slower_within_and_inconclusive():
+    from p2synth.runtime.stats import FASTER, INCONCLUSIVE, SLOWER, WITHIN, paired_verdict
+
+    nine = paired_verdict([d * 0.85 for d in DEFAULT], DEFAULT)
+    assert (nine.verdict, nine.wins, nine.losses, nine.rounds) == (FASTER, 9, 0, 9)
+    assert nine.p_faster == pytest.approx(1 / 512) and nine.median_ratio == pytest.approx(1 / 0.85)
+    assert nine.text() == "faster (9 of 9 rounds, p = 0.002)"
+    assert paired_verdict(DEFAULT, [d * 0.85 for d in DEFAULT]).verdict == SLOWER
+    # 7 of 9 rounds slower (p = 46/512 = 0.09) and 6% slower at the median: not shown slower, and outside the 5%
+    # margin in most rounds, so not shown within noise either
+    seven = [d * 1.06 for d in DEFAULT[:7]] + [d * 0.99 for d in DEFAULT[7:]]
+    v = paired_verdict(seven, DEFAULT)
+    assert (v.verdict, v.losses, v.wins) == (INCONCLUSIVE, 7, 2) and v.p_slower == pytest.approx(46 / 512)
+    assert v.text() == "inconclusive (2 faster, 7 slower of 9 rounds)"
+    # within 2% either way in every round, 5 rounds faster and 4 slower: within noise
+    close = [d * (0.98 if r % 2 == 0 else 1.02) for r, d in enumerate(DEFAULT)]
+    assert paired_verdict(close, DEFAULT).verdict == WITHIN
+    # the same, but two rounds 10% slower: no longer shown within the margin (7 of 9 below 1.05)
+    assert paired_verdict(close[:7] + [d * 1.1 for d in DEFAULT[7:]], DEFAULT).verdict == INCONCLUSIVE
+    # the pairing matters: the default's own times, rotated against its rounds, are not within noise
+    assert paired_verdict(DEFAULT[1:] + DEFAULT[:1], DEFAULT).verdict == INCONCLUSIVE
+    # equal rounds are dropped from the sign tests, and the identity is within noise
+    same = paired_verdict(DEFAULT, DEFAULT)
+    assert (same.verdict, same.wins, same.losses, same.p_faster) == (WITHIN, 0, 0, 1.0)
+    with pytest.raises(ValueError):
+        paired_verdict([1.0], [1.0, 2.0])
