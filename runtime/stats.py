@@ -143,18 +143,25 @@ class PairedVerdict:
     p_slower: float
 
     def text(self) -> str:
-        """The verdict as the tables print it: ``faster (9 of 9 rounds, p = 0.002)``; for a verdict not shown by a
-        one-sided test, the rounds each way and the smaller p-value."""
-        if self.verdict in (FASTER, SLOWER):
-            won, p = (self.wins, self.p_faster) if self.verdict == FASTER else (self.losses, self.p_slower)
-            return f"{self.verdict} ({won} of {self.rounds} rounds, p = {p:.3f})"
-        return f"{self.verdict} ({self.wins} faster, {self.losses} slower of {self.rounds} rounds)"
+        """The verdict as the tables print it (:func:`verdict_text`)."""
+        return verdict_text(self.to_json())
 
     def to_json(self) -> dict:
         """The verdict and its figures, as the summaries record them."""
         return {"verdict": self.verdict, "rounds": self.rounds, "faster_rounds": self.wins, "slower_rounds": self.losses,
                 "median_ratio": round(self.median_ratio, 3), "p_faster": round(self.p_faster, 4),
                 "p_slower": round(self.p_slower, 4)}
+
+
+def verdict_text(v: dict) -> str:
+    """A verdict's JSON form (:meth:`PairedVerdict.to_json`, or ``{"verdict": NO_HOOK}``) as the tables print it:
+    ``faster (9 of 9 rounds, p = 0.002)``; for a verdict no one-sided test showed, the rounds each way."""
+    if v["verdict"] not in (FASTER, SLOWER, WITHIN, INCONCLUSIVE):
+        return v["verdict"]
+    if v["verdict"] in (FASTER, SLOWER):
+        won, p = (v["faster_rounds"], v["p_faster"]) if v["verdict"] == FASTER else (v["slower_rounds"], v["p_slower"])
+        return f"{v['verdict']} ({won} of {v['rounds']} rounds, p = {p:.3f})"
+    return f"{v['verdict']} ({v['faster_rounds']} faster, {v['slower_rounds']} slower of {v['rounds']} rounds)"
 
 
 def paired_verdict(candidate: Sequence[float], default: Sequence[float], level: float = LEVEL,

@@ -44,7 +44,8 @@ slowest rank's) and the check of its final parameters: on every rank, every elem
 reference, this rank's final parameters after the warm-up round's default run, and against rank 0's final
 parameters of the same run (broadcast after the timed steps), at ``|a - b| <= PARAMS_ATOL + PARAMS_RTOL |b|``
 (``torch.allclose``'s test; the constants say why these values). A run records the largest ``|a - b|`` over ranks and elements
-(``params_max_diff``), the largest share of the tolerance it takes (``params_tol_share``, at most 1 where they
+(``params_max_diff``) and per parameter tensor (``params_max_diff_by_tensor``), the elements compared on a rank
+(``params_elements``), the largest share of the tolerance it takes (``params_tol_share``, at most 1 where they
 match) and ``params_match``. Rank 0 writes everything to the raw JSON ``--out``, with the checkout's commit
 (``git rev-parse HEAD``) and whether its tracked files were changed (``dirty``), p2synth's version, the start and end
 times (UTC, ISO 8601; each run's start too; ``runtime/provenance.py``), torch's version and backend, the guard, the plans and the spec, and DDP's gradient
@@ -55,12 +56,16 @@ Markdown (``--markdown``, with a note per case under the table: commit, times, g
 decisions) and the summary JSON (``--summary``): per case and variant the median over rounds of each round's median
 step time, with the 95% interval of ``p2synth.runtime.stats``; speedups are ratios of those medians. Per case:
 ``speedup`` (default / ``client``), ``speedup_mpi_plan`` (default / ``mpi``, null without it),
-``pipelining_speedup`` (sequential / client, with ``sequential``), ``hook_vs_default`` (per hook variant: faster,
-slower or within noise, the intervals apart or not), ``bound_speedup`` (below), ``params_match``, the largest
-difference per variant, and ``commit``, ``dirty``, ``measured_at``. The summary has ``cases``, ``speedup_median``,
-``speedup_min``, ``speedup_max`` (over the cases, of ``speedup``), ``cases_slower_beyond_noise`` (cases where the
-client hook's 95% interval lies wholly above the default's), ``cases_slower_beyond_noise_mpi_plan`` (the same for
-``mpi``; null where no case has it), ``params_match``, ``params_check`` and ``rounds``. The same raw files give the
+``pipelining_speedup`` (sequential / client, with ``sequential``), ``hook_vs_default`` (per hook variant, the paired
+verdict of ``runtime.stats.paired_verdict`` on the rounds' step medians: faster or slower by an exact one-sided sign
+test at 5% each way, within noise by a paired equivalence test with a 5% margin, else inconclusive; with its rounds
+each way, the median ratio and both p-values; or "no hook attached" where the raw file's ``hook_buckets`` says the
+plan attached none: that variant ran the default itself, evidence neither for a hook nor against it),
+``bound_speedup`` (below), ``params_match``, the largest difference per variant, and ``commit``, ``dirty``,
+``measured_at``. The summary has ``cases``, ``speedup_median``, ``speedup_min``, ``speedup_max`` (over the cases, of
+``speedup``), ``cases_slower``, ``cases_faster`` and ``cases_no_hook`` (the client hook's verdicts counted),
+``cases_slower_mpi_plan``, ``cases_faster_mpi_plan``, ``cases_no_hook_mpi_plan`` (the same for ``mpi``; null where
+no case has it), ``verdict_test``, ``params_match``, ``params_check`` and ``rounds``. The same raw files give the
 same output, byte for byte.
 
 **bound_speedup**, per case: how much faster than DDP's default the gradient all-reduce can be at all, on the case's
@@ -111,7 +116,8 @@ from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Collective, Request
-from p2synth.runtime.stats import Interval, faster_beyond_noise, median_interval
+from p2synth.runtime.stats import (EQUIVALENCE_MARGIN, FASTER, LEVEL, NO_HOOK, SLOWER, Interval, median_interval,
+                                   paired_verdict, verdict_text)
 from p2synth.runtime.torch_dist import default_ifname, init_process_group, rank_and_world
 from p2synth.runtime.provenance import RunStart, utc_now
 from scripts.tables import console, markdown
@@ -147,7 +153,8 @@ class Variant(str, Enum):
 HOOKED = (Variant.CLIENT, Variant.MPI, Variant.SEQUENTIAL)  # the variants that run the p2synth hook
 JUDGED = HOOKED + (Variant.TORCH_HOOK,)  # the variants the table judges against the default
 LEGACY_NAMES = {"p2synth": Variant.MPI.value}  # older raw files: their hook ran the plan runtime.tune tuned (MPI)
-SLOWER, FASTER, WITHIN = "slower beyond noise", "faster beyond noise", "within noise"
+VERDICT_TEST = (f"exact one-sided sign test over the paired rounds' step medians, level {LEVEL} each way; within "
+                f"noise: paired TOST, margin {EQUIVALENCE_MARGIN:.0%}; runtime.stats.paired_verdict")
 
 
 # --- the p2synth hook: the one place that calls its API ---------------------------------------------------------
@@ -220,24 +227,33 @@ def make_batches(args, rank: int) -> list:
             for _ in range(args.warmup + args.steps)]
 
 
-def params_gap(params, reference, rtol: float = PARAMS_RTOL, atol: float = PARAMS_ATOL) -> tuple[float, float]:
-    """Every element of every tensor of `params` against the same-shaped tensor of `reference`: the largest
-    ``|a - b|`` and the largest share of the tolerance it takes, ``|a - b| / (atol + rtol |b|)``; they match
-    (``torch.allclose``) where that share is at most 1. A NaN on either side is infinitely far."""
+def params_gaps(params, reference, rtol: float = PARAMS_RTOL, atol: float = PARAMS_ATOL) -> list[tuple[int, float, float]]:
+    """Every element of every tensor of `params` against the same-shaped tensor of `reference`, per tensor: the
+    elements compared, the largest ``|a - b|`` and the largest share of the tolerance it takes,
+    ``|a - b| / (atol + rtol |b|)`` (0 for an empty tensor); they match (``torch.allclose``) where that share is at
+    most 1. A NaN on either side is infinitely far."""
     import torch
 
     params, reference = list(params), list(reference)
     if len(params) != len(reference) or any(a.shape != b.shape for a, b in zip(params, reference)):
         raise ValueError("the parameters and their reference differ in number or shapes")
-    largest, share = 0.0, 0.0
+    out = []
     with torch.no_grad():
         for a, b in zip(params, reference):
             if a.numel() == 0:
+                out.append((0, 0.0, 0.0))
                 continue
             gap = (a.detach() - b.detach()).abs_().nan_to_num_(nan=math.inf)
-            largest = max(largest, gap.max().item())
-            share = max(share, gap.div_(b.detach().abs().mul_(rtol).add_(atol)).nan_to_num_(nan=math.inf).max().item())
-    return largest, share
+            largest = gap.max().item()
+            share = gap.div_(b.detach().abs().mul_(rtol).add_(atol)).nan_to_num_(nan=math.inf).max().item()
+            out.append((a.numel(), largest, share))
+    return out
+
+
+def params_gap(params, reference, rtol: float = PARAMS_RTOL, atol: float = PARAMS_ATOL) -> tuple[float, float]:
+    """The largest ``|a - b|`` and the largest share of the tolerance over every tensor (:func:`params_gaps`)."""
+    gaps = params_gaps(params, reference, rtol, atol)
+    return max((g[1] for g in gaps), default=0.0), max((g[2] for g in gaps), default=0.0)
 
 
 def params_mismatch(params, reference, rtol: float = PARAMS_RTOL, atol: float = PARAMS_ATOL) -> float | None:
@@ -247,26 +263,31 @@ def params_mismatch(params, reference, rtol: float = PARAMS_RTOL, atol: float = 
     return None if share <= 1.0 else largest
 
 
-def flat_params(module):
-    """`module`'s parameters as one new flat tensor."""
-    import torch
-
-    return torch.nn.utils.parameters_to_vector(module.parameters()).detach().clone()
+def final_params(module) -> list:
+    """`module`'s parameters as new tensors, one per parameter."""
+    return [p.detach().clone() for p in module.parameters()]
 
 
-def check_params(params, reference) -> dict:
-    """The run's parameter check (collective): this rank's final flat `params` against its `reference` and against
-    rank 0's final parameters, elementwise; the largest difference and share of the tolerance over every rank."""
+def check_params(params: list, reference: list) -> dict:
+    """The run's parameter check (collective): this rank's final `params` (one tensor per parameter) against its
+    `reference` and against rank 0's final parameters, elementwise; over every rank, per tensor the largest
+    difference (``params_max_diff_by_tensor``), and overall the largest difference and share of the tolerance and
+    the elements this rank compared against each of the two (``params_elements``)."""
     import torch
     import torch.distributed as dist
 
-    first = params.clone()
-    dist.broadcast(first, src=0)
-    gaps = [params_gap([params], [reference]), params_gap([params], [first])]
-    worst = torch.tensor([max(g[0] for g in gaps), max(g[1] for g in gaps)], dtype=torch.float64)
+    first = [t.clone() for t in params]
+    for t in first:
+        dist.broadcast(t, src=0)
+    gaps = [params_gaps(params, reference), params_gaps(params, first)]
+    worst = torch.tensor([max(g[i][1] for g in gaps) for i in range(len(params))]
+                         + [max(g[i][2] for g in gaps) for i in range(len(params))], dtype=torch.float64)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-    largest, share = worst.tolist()
-    return {"params_max_diff": largest, "params_tol_share": share, "params_match": share <= 1.0}
+    values = worst.tolist()
+    largest, shares = values[:len(params)], values[len(params):]
+    return {"params_max_diff": max(largest, default=0.0), "params_tol_share": max(shares, default=0.0),
+            "params_match": max(shares, default=0.0) <= 1.0, "params_elements": sum(g[0] for g in gaps[0]),
+            "params_max_diff_by_tensor": largest}
 
 
 def one_run(ddp, initial, batches, args, reference=None) -> tuple[dict, object]:
@@ -293,7 +314,7 @@ def one_run(ddp, initial, batches, args, reference=None) -> tuple[dict, object]:
         times.append(time.perf_counter() - start)
     slowest = torch.tensor(times[args.warmup:], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    params = flat_params(ddp.module)
+    params = final_params(ddp.module)
     return {"step_s": slowest.tolist(), **check_params(params, params if reference is None else reference)}, params
 
 
@@ -479,9 +500,27 @@ def upgraded(raw: dict) -> dict:
             "runs": runs}
 
 
-def verdict(hook: Interval, default: Interval) -> str:
-    """A hook variant's step against the default's: faster or slower beyond noise (the intervals apart), or within."""
-    return FASTER if faster_beyond_noise(hook, default) else SLOWER if faster_beyond_noise(default, hook) else WITHIN
+def round_medians(raw: dict, variant: str) -> list[float]:
+    """`variant`'s median step time of each round, in round order."""
+    runs = sorted((run for run in raw["runs"] if run["variant"] == variant), key=lambda run: run["round"])
+    return [statistics.median(run["step_s"]) for run in runs]
+
+
+def hook_attached(raw: dict, variant: str) -> bool:
+    """Whether `variant` ran a hook: not where the raw file says its hook reduced no bucket because none was attached
+    (``hook_buckets`` null: the plan keeps DDP's all-reduce for every size); raw files without ``hook_buckets`` and
+    the torch-hook control always ran one."""
+    counted = raw.get("hook_buckets")
+    return variant == Variant.TORCH_HOOK.value or not counted or variant not in counted or counted[variant] is not None
+
+
+def verdict(raw: dict, variant: str) -> dict:
+    """A hook variant's steps against the default's on their paired rounds (``runtime.stats.paired_verdict``), or
+    :data:`NO_HOOK` where the variant attached none: it ran the default itself, evidence neither for a hook nor
+    against it."""
+    if not hook_attached(raw, variant):
+        return {"verdict": NO_HOOK}
+    return paired_verdict(round_medians(raw, variant), round_medians(raw, Variant.DEFAULT.value)).to_json()
 
 
 def speedup(intervals: dict[str, Interval], slow: Variant, fast: Variant) -> float | None:
@@ -502,7 +541,6 @@ def case_record(raw: dict, bound: float | None = None) -> dict:
     for v in variants:
         medians = [statistics.median(run["step_s"]) for run in raw["runs"] if run["variant"] == v]
         intervals[v] = median_interval(medians)
-    default = intervals[Variant.DEFAULT.value]
     record = {"case": raw["case"], "world": raw["world"], "grad_bytes": raw["model"]["grad_bytes"],
               "rounds": raw["rounds"], "commit": raw.get("commit"), "dirty": raw.get("dirty"),
               "measured_at": raw.get("started_at"), "guard": raw.get("guard"), "torch": raw.get("torch")}
@@ -514,7 +552,7 @@ def case_record(raw: dict, bound: float | None = None) -> dict:
     if Variant.SEQUENTIAL.value in intervals:
         hooked = Variant.CLIENT if Variant.CLIENT.value in intervals else Variant.MPI
         record["pipelining_speedup"] = speedup(intervals, Variant.SEQUENTIAL, hooked)
-    record["hook_vs_default"] = {v.value: verdict(intervals[v.value], default) for v in JUDGED if v.value in intervals}
+    record["hook_vs_default"] = {v.value: verdict(raw, v.value) for v in JUDGED if v.value in intervals}
     record["bound_speedup"] = bound
     record["bucket_bytes"] = raw.get("bucket_bytes")
     record["decisions"] = raw.get("decisions", {})
@@ -537,28 +575,30 @@ def params_fields(raw: dict) -> dict:
     return fields
 
 
-def slower_beyond_noise(records: list[dict], variant: Variant) -> int | None:
-    """How many cases' `variant` steps are slower than the default's beyond noise (its 95% interval wholly above the
-    default's); None where no case has the variant."""
-    verdicts = [r["hook_vs_default"][variant.value] for r in records if variant.value in r["hook_vs_default"]]
-    return sum(v == SLOWER for v in verdicts) if verdicts else None
+def cases_with(records: list[dict], variant: Variant, said: str) -> int | None:
+    """How many cases' `variant` got the verdict `said` against the default; None where no case has the variant."""
+    verdicts = [r["hook_vs_default"][variant.value]["verdict"] for r in records if variant.value in r["hook_vs_default"]]
+    return sum(v == said for v in verdicts) if verdicts else None
 
 
 def summary(records: list[dict]) -> dict:
-    """The summary JSON of the cases' records."""
+    """The summary JSON of the cases' records: the speedups, and per plan (``client``; ``_mpi_plan``: ``mpi``) how
+    many cases the paired test found slower and faster, and in how many no hook was attached."""
     speedups = [r["speedup"] for r in records if r["speedup"] is not None] or [None]
     checksummed = ", ".join(r["case"] for r in records if r["params_check"] != "elementwise")
     known = None not in speedups
+    counts = {f"cases_{name}{suffix}": cases_with(records, variant, said)
+              for suffix, variant in (("", Variant.CLIENT), ("_mpi_plan", Variant.MPI))
+              for name, said in (("slower", SLOWER), ("faster", FASTER), ("no_hook", NO_HOOK))}
     return {"cases": records, "speedup_median": round(statistics.median(speedups), 3) if known else None,
             "speedup_min": min(speedups) if known else None, "speedup_max": max(speedups) if known else None,
-            "cases_slower_beyond_noise": slower_beyond_noise(records, Variant.CLIENT),
-            "cases_slower_beyond_noise_mpi_plan": slower_beyond_noise(records, Variant.MPI),
+            **counts, "verdict_test": VERDICT_TEST,
             "params_match": all(r["params_match"] for r in records),
             "params_check": f"checksum, not elementwise: {checksummed}" if checksummed else "elementwise",
             "rounds": min(r["rounds"] for r in records)}
 
 
-COLUMNS = ("case", "variant", "step (ms)", "95% interval (ms)", "speedup over default", "vs default",
+COLUMNS = ("case", "variant", "step (ms)", "95% interval (ms)", "speedup over default", "vs default (paired rounds)",
            "speedup over sequential", "params match", "largest difference (share of tolerance)")
 
 
@@ -581,7 +621,8 @@ def table_rows(records: list[dict]) -> list[tuple[str, ...]]:
                 pipelining = r.get("pipelining_speedup") if v is hooked else None
                 vs_sequential = "" if pipelining is None else f"{pipelining:.2f}"
                 rows.append((r["case"], v.value, f"{r[f'{v.value}_ms']:.1f}", f"[{low:.1f}, {high:.1f}]",
-                             f"{r['default_ms'] / r[f'{v.value}_ms']:.2f}", r["hook_vs_default"].get(v.value, ""),
+                             f"{r['default_ms'] / r[f'{v.value}_ms']:.2f}",
+                             verdict_text(r["hook_vs_default"][v.value]) if v.value in r["hook_vs_default"] else "",
                              vs_sequential, *params_cells(r, v.value)))
     return rows
 

@@ -78,19 +78,21 @@ def write_spec(path: Path, levels: list[dict]) -> Path:
     return path
 
 
+FASTER_9 = {"verdict": "faster", "rounds": 9, "faster_rounds": 9, "slower_rounds": 0, "p_faster": 0.002, "p_slower": 1.0}
+
 CASES = [raw_case("4x2-1gbit", {"default": 0.300, "client": 0.200, "mpi": 0.250, "sequential": 0.260}),
          raw_case("2x2x2", {"default": 0.300, "client": 0.310, "mpi": 0.296}, mismatch="client")]
 
 TABLE = """\
-| case | variant | step (ms) | 95% interval (ms) | speedup over default | vs default | speedup over sequential | params match | largest difference (share of tolerance) |
+| case | variant | step (ms) | 95% interval (ms) | speedup over default | vs default (paired rounds) | speedup over sequential | params match | largest difference (share of tolerance) |
 |---|---|---|---|---|---|---|---|---|
 | 4x2-1gbit | default | 304.0 | [301.0, 307.0] | 1.00 |  |  | yes | 0.0e+00 (0) |
-| 4x2-1gbit | client | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise | 1.29 | yes | 2.8e-09 (0.014) |
-| 4x2-1gbit | mpi | 254.0 | [251.0, 257.0] | 1.20 | faster beyond noise |  | yes | 2.8e-09 (0.014) |
-| 4x2-1gbit | sequential | 264.0 | [261.0, 267.0] | 1.15 | faster beyond noise |  | yes | 2.8e-09 (0.014) |
+| 4x2-1gbit | client | 204.0 | [201.0, 207.0] | 1.49 | faster (9 of 9 rounds, p = 0.002) | 1.29 | yes | 2.8e-09 (0.014) |
+| 4x2-1gbit | mpi | 254.0 | [251.0, 257.0] | 1.20 | faster (9 of 9 rounds, p = 0.002) |  | yes | 2.8e-09 (0.014) |
+| 4x2-1gbit | sequential | 264.0 | [261.0, 267.0] | 1.15 | faster (9 of 9 rounds, p = 0.002) |  | yes | 2.8e-09 (0.014) |
 | 2x2x2 | default | 304.0 | [301.0, 307.0] | 1.00 |  |  | yes | 0.0e+00 (0) |
-| 2x2x2 | client | 314.0 | [311.0, 317.0] | 0.97 | slower beyond noise |  | NO | 6.0e-06 (30) |
-| 2x2x2 | mpi | 300.0 | [297.0, 303.0] | 1.01 | within noise |  | yes | 2.8e-09 (0.014) |
+| 2x2x2 | client | 314.0 | [311.0, 317.0] | 0.97 | slower (9 of 9 rounds, p = 0.002) |  | NO | 6.0e-06 (30) |
+| 2x2x2 | mpi | 300.0 | [297.0, 303.0] | 1.01 | faster (9 of 9 rounds, p = 0.002) |  | yes | 2.8e-09 (0.014) |
 
 - 4x2-1gbit: commit 0123456789ab, measured 2025-06-01T10:00:00+00:00; guard on; torch 2.13.0+cpu; the all-reduce's bound speedup 1.167 (over the buckets)
   - client hook's guard (rank 0): 16785408 bytes: {"default_median_s": 0.52, "kept": "plan", "plan_median_s": 0.41, "trials": 3}; 33570816 bytes: {"default_median_s": 0.8, "kept": "default", "plan_median_s": 0.9, "trials": 3}
@@ -116,8 +118,9 @@ def test_from_raw_rebuilds_the_table_and_the_summary_exactly(tmp_path, capsys):
     assert (tmp_path / "t.md").read_text() == TABLE
     summary = json.loads((tmp_path / "s.json").read_text())
     assert {k: v for k, v in summary.items() if k != "cases"} == {
-        "speedup_median": 1.229, "speedup_min": 0.968, "speedup_max": 1.49, "cases_slower_beyond_noise": 1,
-        "cases_slower_beyond_noise_mpi_plan": 0, "params_match": False, "params_check": "elementwise", "rounds": 9}
+        "speedup_median": 1.229, "speedup_min": 0.968, "speedup_max": 1.49, "cases_slower": 1, "cases_faster": 1,
+        "cases_no_hook": 0, "cases_slower_mpi_plan": 0, "cases_faster_mpi_plan": 2, "cases_no_hook_mpi_plan": 0,
+        "verdict_test": bench_ddp.VERDICT_TEST, "params_match": False, "params_check": "elementwise", "rounds": 9}
     first, second = summary["cases"]
     assert first == {
         "case": "4x2-1gbit", "world": 8, "grad_bytes": 67141632, "rounds": 9, "commit": COMMIT, "dirty": False,
@@ -125,7 +128,8 @@ def test_from_raw_rebuilds_the_table_and_the_summary_exactly(tmp_path, capsys):
         "default_ms": 304.0, "default_ci_ms": [301.0, 307.0], "client_ms": 204.0, "client_ci_ms": [201.0, 207.0],
         "mpi_ms": 254.0, "mpi_ci_ms": [251.0, 257.0], "sequential_ms": 264.0, "sequential_ci_ms": [261.0, 267.0],
         "speedup": 1.49, "speedup_mpi_plan": 1.197, "pipelining_speedup": 1.294,
-        "hook_vs_default": {"client": "faster beyond noise", "mpi": "faster beyond noise", "sequential": "faster beyond noise"},
+        "hook_vs_default": {"client": FASTER_9 | {"median_ratio": 1.49}, "mpi": FASTER_9 | {"median_ratio": 1.197},
+                            "sequential": FASTER_9 | {"median_ratio": 1.152}},
         "bound_speedup": round(1.75 / 1.5, 3), "bucket_bytes": BUCKETS,
         "decisions": {"client": DECIDED, "mpi": {}, "sequential": {}},
         "params_check": "elementwise", "params_match": True,
@@ -135,7 +139,7 @@ def test_from_raw_rebuilds_the_table_and_the_summary_exactly(tmp_path, capsys):
                              "sequential": pytest.approx(0.014)}}
     assert (second["speedup"], second["speedup_mpi_plan"], second["bound_speedup"], second["params_match"]) == (
         0.968, 1.013, None, False)
-    assert second["hook_vs_default"] == {"client": "slower beyond noise", "mpi": "within noise"}
+    assert {v: x["verdict"] for v, x in second["hook_vs_default"].items()} == {"client": "slower", "mpi": "faster"}
     out = capsys.readouterr().out
     assert "│ 4x2-1gbit │ client     │     204.0 │" in out and "bound speedup 1.167 (over the buckets)" in out
     # the same raw files give the same bytes
@@ -144,30 +148,42 @@ def test_from_raw_rebuilds_the_table_and_the_summary_exactly(tmp_path, capsys):
     assert ((tmp_path / "s.json").read_bytes(), (tmp_path / "t.md").read_bytes()) == before
 
 
-def test_cases_slower_beyond_noise_count_the_hooks_whose_interval_lies_wholly_above_the_defaults():
-    # default's rounds: 200 .. 208 ms, its 95% interval [201, 207]
-    above = raw_case("above", {"default": 0.200, "client": 0.300, "mpi": 0.212})     # [301, 307] and [213, 219]
-    overlapping = raw_case("overlapping", {"default": 0.200, "client": 0.205, "mpi": 0.150})  # [206, 212]: within
+def test_verdicts_come_from_the_paired_rounds_and_a_missing_hook_is_no_evidence():
+    # every round: the variant at its base + r ms, the default at 200 + r ms
+    slower = raw_case("slower", {"default": 0.200, "client": 0.300, "mpi": 0.212})
+    mixed = raw_case("mixed", {"default": 0.200, "client": 0.205, "mpi": 0.150})
     no_mpi = raw_case("no-mpi", {"default": 0.200, "client": 0.150})
-    records = [bench_ddp.case_record(c) for c in (above, overlapping, no_mpi)]
-    assert [r["hook_vs_default"] for r in records] == [
-        {"client": "slower beyond noise", "mpi": "slower beyond noise"},
-        {"client": "within noise", "mpi": "faster beyond noise"},
-        {"client": "faster beyond noise"}]
+    # the client ran a hook only 2 ms slower in 7 rounds and faster in 2: not shown slower (p = 0.09), and it is
+    # within 5% of the default in every round: within noise
+    for r in mixed["runs"]:
+        if r["variant"] == "client":
+            r["step_s"][0] = r["step_s"][2] = 0.2 + r["round"] * 1e-3 + (0.002 if r["round"] < 7 else -0.002)
+    records = [bench_ddp.case_record(c) for c in (slower, mixed, no_mpi)]
+    assert [{v: x["verdict"] for v, x in r["hook_vs_default"].items()} for r in records] == [
+        {"client": "slower", "mpi": "slower"}, {"client": "within noise", "mpi": "faster"}, {"client": "faster"}]
+    assert records[1]["hook_vs_default"]["client"]["slower_rounds"] == 7
     summary = bench_ddp.summary(records)
-    assert (summary["cases_slower_beyond_noise"], summary["cases_slower_beyond_noise_mpi_plan"]) == (1, 1)
+    assert (summary["cases_slower"], summary["cases_faster"], summary["cases_slower_mpi_plan"],
+            summary["cases_faster_mpi_plan"]) == (1, 1, 1, 1)
     assert records[2]["speedup_mpi_plan"] is None
-    assert bench_ddp.summary(records[2:])["cases_slower_beyond_noise_mpi_plan"] is None  # no case has the mpi plan
+    assert bench_ddp.summary(records[2:])["cases_slower_mpi_plan"] is None  # no case has the mpi plan
+    # where the plan attached no hook (rank 0's bucket counts null), the variant ran the default itself: no verdict
+    unhooked = {**raw_case("none", {"default": 0.200, "client": 0.150}), "hook_buckets": {"client": None}}
+    record = bench_ddp.case_record(unhooked)
+    assert record["hook_vs_default"] == {"client": {"verdict": "no hook attached"}}
+    assert bench_ddp.table_rows([record])[1][5] == "no hook attached"
+    counts = bench_ddp.summary([record])
+    assert (counts["cases_no_hook"], counts["cases_faster"], counts["cases_slower"]) == (1, 0, 0)
 
 
 def test_the_torch_hook_control_gets_a_row_and_a_verdict_but_counts_in_no_target():
     record = bench_ddp.case_record(raw_case("c", {"default": 0.200, "client": 0.150, "torch-hook": 0.212}))
-    assert record["hook_vs_default"] == {"client": "faster beyond noise", "torch-hook": "slower beyond noise"}
+    assert {v: x["verdict"] for v, x in record["hook_vs_default"].items()} == {"client": "faster", "torch-hook": "slower"}
     assert record["torch-hook_ms"] == 216.0 and record["speedup"] == round(0.204 / 0.154, 3)
     row = [r for r in bench_ddp.table_rows([record]) if r[1] == "torch-hook"]  # rounds 212..220 ms: ranks 2 and 8
-    assert row == [("c", "torch-hook", "216.0", "[213.0, 219.0]", "0.94", "slower beyond noise", "", "yes",
-                    "2.8e-09 (0.014)")]
-    assert bench_ddp.summary([record])["cases_slower_beyond_noise"] == 0  # the client's count, not the control's
+    assert row == [("c", "torch-hook", "216.0", "[213.0, 219.0]", "0.94", "slower (9 of 9 rounds, p = 0.002)", "",
+                    "yes", "2.8e-09 (0.014)")]
+    assert bench_ddp.summary([record])["cases_slower"] == 0  # the client's count, not the control's
 
 
 def test_a_run_beyond_the_tolerance_fails_the_case_and_says_by_how_much():
@@ -185,8 +201,8 @@ def test_an_older_raw_file_reads_with_its_parameters_said_checked_by_checksums(t
             "--summary", str(tmp_path / "s.json")]
     assert bench_ddp.main(argv) == 0
     table = (tmp_path / "t.md").read_text()
-    assert "| old | mpi | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise | 1.25 | yes (checksums) | - |" in table
-    assert "| bad | mpi | 204.0 | [201.0, 207.0] | 1.49 | faster beyond noise |  | NO (checksums) | - |" in table
+    assert "| old | mpi | 204.0 | [201.0, 207.0] | 1.49 | faster (9 of 9 rounds, p = 0.002) | 1.25 | yes (checksums) | - |" in table
+    assert "| bad | mpi | 204.0 | [201.0, 207.0] | 1.49 | faster (9 of 9 rounds, p = 0.002) |  | NO (checksums) | - |" in table
     assert ("- old: a raw file of an older bench_ddp: no commit or times recorded; parameters checked by checksums "
             "only, not elementwise; bound speedup unknown (no spec)") in table
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -196,7 +212,7 @@ def test_an_older_raw_file_reads_with_its_parameters_said_checked_by_checksums(t
         None, None, "checksum", None)
     # an older raw file's hook ran the plan runtime.tune tuned with Open MPI: the mpi variant, no client one
     assert (first["speedup"], first["speedup_mpi_plan"], first["pipelining_speedup"]) == (None, 1.49, 1.245)
-    assert (summary["speedup_median"], summary["cases_slower_beyond_noise"]) == (None, None)
+    assert (summary["speedup_median"], summary["cases_slower"]) == (None, None)
 
 
 def test_the_committed_raw_files_of_the_older_bench_ddp_still_give_their_committed_figures():

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from p2synth.runtime.stats import verdict_text
 from scripts import bench_ddp
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "measurements"
@@ -68,8 +69,19 @@ def test_the_committed_measurement_meets_what_ddp_md_says_of_it():
     for case in summary["cases"]:
         assert case["commit"] and not case["dirty"] and case["measured_at"] and case["guard"] == "on"
         assert max(case["params_tol_share"].values()) < 0.1  # every variant's largest difference, in tolerances
-    slower = sum(c["hook_vs_default"]["client"] == "slower beyond noise" for c in summary["cases"])
-    assert summary["cases_slower_beyond_noise"] == slower
+    for variant, suffix in (("client", ""), ("mpi", "_mpi_plan")):
+        said = [c["hook_vs_default"][variant]["verdict"] for c in summary["cases"]]
+        for key, verdict in (("slower", "slower"), ("faster", "faster"), ("no_hook", "no hook attached")):
+            assert summary[f"cases_{key}{suffix}"] == said.count(verdict)
+    # issue 47: the client plan attaches no hook on 4x2 and 3x2x2, so those two verdicts are no evidence; the Open
+    # MPI plan's fallback on 4x2 lost 7 of 9 paired rounds (median ratio 0.94), not shown slower at 5% (p = 0.09)
+    # nor within 5% of the default; 2x2x2's gain holds in 9 of 9 rounds (one-sided p = 1/512)
+    by_case = {c["case"]: c["hook_vs_default"] for c in summary["cases"]}
+    assert [by_case[c]["client"]["verdict"] for c in CASES] == ["no hook attached", "faster", "no hook attached"]
+    mpi_4x2 = by_case["4x2-1gbit"]["mpi"]
+    assert (mpi_4x2["verdict"], mpi_4x2["slower_rounds"], mpi_4x2["median_ratio"]) == ("inconclusive", 7, 0.94)
+    assert by_case["2x2x2-1gbit-400mbit"]["client"]["faster_rounds"] == 9
+    assert by_case["2x2x2-1gbit-400mbit"]["client"]["p_faster"] == round(1 / 512, 4)
 
 
 def test_the_model_accuracy_tool_refuses_a_plan_the_client_tuner_did_not_write_in_one_line(capsys):
@@ -104,7 +116,7 @@ def test_the_two_checks_of_the_cause_are_what_ddp_md_says():
         d = r["decisions"][variant]["33570816"]
         speedup = r["default_ms"] / r[f"{variant}_ms"]
         row = (f"| {n} | {run} | {d['plan_median_s'] * 1e3:.1f} / {d['default_median_s'] * 1e3:.1f} | "
-               f"{kept_names[d['kept']]} | {speedup:.2f} | {r['hook_vs_default'][variant]} |")
+               f"{kept_names[d['kept']]} | {speedup:.2f} | {verdict_text(r['hook_vs_default'][variant])} |")
         assert row in doc, row
     plans = {"x16-x4-x1": ("client-tuned.json", "x4.json"), "x32-x64": ("x32.json", "x64.json")}
     for run, (plan, mpi_plan) in plans.items():
@@ -131,7 +143,7 @@ def test_the_guards_fallback_table_is_the_runs_before_and_after():
     after = run("fallback")
     assert after["commit"].startswith("8ea5127") and after["dirty"] is False
     after_variant = {1: "sequential", 64: "mpi", 16: "client"}
-    cell = lambda r, v: f"{r['default_ms'] / r[f'{v}_ms']:.2f}, {r['hook_vs_default'][v]}"
+    cell = lambda r, v: f"{r['default_ms'] / r[f'{v}_ms']:.2f}, {verdict_text(r['hook_vs_default'][v])}"
     for pieces, (old, variant) in before.items():
         kept = {r["decisions"][v]["33570816"]["kept"] for r, v in ((old, variant), (after, after_variant[pieces]))}
         assert len(kept) == 1
@@ -150,3 +162,12 @@ def test_the_4x2_repeats_are_rebuilt_from_their_raw_files(tmp_path, name):
     assert md.read_text().strip() in (DOCS / "ddp.md").read_text()
     counted = json.loads(raw.read_text())["hook_buckets"]
     assert counted["client"] == ({"reduced": 139, "direct": 139} if name == "direct" else None)
+
+
+def test_the_table_before_issue_31_is_rebuilt_from_its_raw_files(tmp_path):
+    """ddp.md's "Before issue 31": the table and notes --from-raw makes of ddp/before's older raw files, with the paired
+    verdicts."""
+    raws = [DOCS / "ddp" / "before" / f"{case}.raw.json" for case in ("4x2-1gbit", "2x2x2-1gbit-400mbit")]
+    md = tmp_path / "before.md"
+    assert bench_ddp.main(["--from-raw", *map(str, raws), "--markdown", str(md)]) == 0
+    assert md.read_text().strip() in (DOCS / "ddp.md").read_text()

@@ -94,3 +94,9 @@ def test_paired_verdict_faster_slower_within_and_inconclusive():
     assert (same.verdict, same.wins, same.losses, same.p_faster) == (WITHIN, 0, 0, 1.0)
     with pytest.raises(ValueError):
         paired_verdict([1.0], [1.0, 2.0])
+
+
+def test_verdict_text_of_a_missing_hook_is_the_missing_hook():
+    from p2synth.runtime.stats import NO_HOOK, verdict_text
+
+    assert verdict_text({"verdict": NO_HOOK}) == NO_HOOK
