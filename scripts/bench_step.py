@@ -47,9 +47,21 @@ placements were ranked exactly backwards):
   placements (over 2 points a Spearman is +-1 by construction: such a job has
   ``None``); ``None`` when no job has enough;
 * ``best_regret``: per job, the measured step time of the placement the step
-  model ranks first over the measured-fastest placement
-  (``best_regret_by_job``); the median over jobs, and the worst job
-  (``best_regret_worst_job``);
+  model ranks first over the measured-fastest placement, the plan's programs
+  on both sides (``best_regret_by_job``); the median over jobs, and the worst
+  job (``best_regret_worst_job``). It leaves the defaults out, so it says how
+  well the model ranks placements, not what a user loses;
+* ``regret_with_defaults``: per job, the measured step time of what a user of
+  the plan runs (the placement the step model ranks first, with the plan's
+  programs) over the best configuration measured, defaults included: the
+  fastest of every placement run with the plan's programs or with the default
+  collectives (``regret_with_defaults_by_job``; median over jobs, and the worst
+  job) (issue 47);
+* ``defaults_faster_by_job``: per job, the placements whose default
+  collectives beat the plan's programs: by the paired test of
+  ``runtime.stats.paired_verdict`` on their interleaved rounds (``paired``),
+  and by the median alone (``median``); the testbed's sums
+  (``defaults_faster_paired``, ``defaults_faster_median``);
 * ``sum_model_regret``: the same for the placement the summed communication
   (today's ranking without a step section) puts first;
 * ``disagreements_by_job``: the pairs of placements the two rankings order
@@ -74,6 +86,7 @@ from scipy.stats import spearmanr
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, count_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.step import StepSpec
+from p2synth.runtime.stats import SLOWER, paired_verdict
 from scripts.accuracy.suite import Testbed
 from scripts.bench_limit import TESTBEDS as LIMIT_TESTBEDS, _names
 from scripts.campaign import campaign_input, now, testbed_session
@@ -330,9 +343,30 @@ def _rel_error(r: dict) -> float:
 
 
 def _regret(group: list[dict], key) -> float:
-    """Measured step time of the placement `key` ranks first over the measured-fastest one."""
+    """Measured step time of the placement `key` ranks first over the measured-fastest one (the plan's programs)."""
     chosen = min(group, key=lambda r: (key(r), r["index"]))
     return chosen["measured"]["step_s"] / min(r["measured"]["step_s"] for r in group)
+
+
+def _regret_with_defaults(group: list[dict]) -> float:
+    """The placement the step model ranks first, run with the plan's programs, over the fastest configuration
+    measured: any placement of `group`, with the plan's programs or with the default collectives."""
+    chosen = min(group, key=lambda r: (r["predicted"]["step_s"], r["index"]))
+    best = min(min(r["measured"]["step_s"], r["default"]["step_s"]) for r in group)
+    return chosen["measured"]["step_s"] / best
+
+
+def plan_vs_defaults(r: dict):
+    """A placement's plan programs against its default collectives on their interleaved rounds
+    (``runtime.stats.paired_verdict``; "slower": the defaults were faster)."""
+    return paired_verdict(r["measured"]["rounds_s"], r["default"]["rounds_s"])
+
+
+def defaults_faster(group: list[dict]) -> dict:
+    """How many placements of `group` ran faster with the default collectives than with the plan's programs: by the
+    paired test (``paired``), by the median alone (``median``), of ``placements``."""
+    return {"paired": sum(plan_vs_defaults(r).verdict == SLOWER for r in group),
+            "median": sum(r["default"]["step_s"] < r["measured"]["step_s"] for r in group), "placements": len(group)}
 
 
 MIN_SPEARMAN_PLACEMENTS = 3  # over 2 points a rank correlation is +-1 by construction
@@ -372,6 +406,8 @@ def summary(rows_: list[dict]) -> dict:
         rho = {j: _spearman(g) for j, g in jobs.items()}
         best = {j: _regret(g, lambda r: r["predicted"]["step_s"]) for j, g in jobs.items()}
         by_sum = {j: _regret(g, lambda r: r["sum_s"]) for j, g in jobs.items()}
+        with_defaults = {j: _regret_with_defaults(g) for j, g in jobs.items()}
+        beaten = {j: defaults_faster(g) for j, g in jobs.items()}
         out[name] = {
             "placements": len(done),
             "failed": sum(1 for r in rows_ if r["testbed"] == name and "error" in r),
@@ -385,6 +421,12 @@ def summary(rows_: list[dict]) -> dict:
             "best_regret": _median(best.values()),
             "best_regret_worst_job": max(best.values(), default=None),
             "best_regret_by_job": best,
+            "regret_with_defaults": _median(with_defaults.values()),
+            "regret_with_defaults_worst_job": max(with_defaults.values(), default=None),
+            "regret_with_defaults_by_job": with_defaults,
+            "defaults_faster_by_job": beaten,
+            "defaults_faster_paired": sum(x["paired"] for x in beaten.values()),
+            "defaults_faster_median": sum(x["median"] for x in beaten.values()),
             "sum_model_regret": _median(by_sum.values()),
             "sum_model_regret_worst_job": max(by_sum.values(), default=None),
             "sum_model_regret_by_job": by_sum,
@@ -397,6 +439,7 @@ def summary(rows_: list[dict]) -> dict:
 
 
 COLUMNS = ("testbed", "job", "#", "placement", "predicted ms", "measured ms [95%]", "error", "defaults measured ms",
+           "plan vs defaults (paired rounds)",
            "compute", "layer comm pred / meas", "bubble + sends pred / pipeline waits meas", "gradient exposed pred / meas", "sum ms", "sum rank")
 
 
@@ -413,14 +456,15 @@ def cells(rows_: list[dict]) -> list[tuple[str, ...]]:
         m, p = r["measured"], r["predicted"]
         lo, hi = m["step_ci_s"]
         out.append((*head, f"{ms(m['step_s'])} [{ms(lo)}, {ms(hi)}]", f"{_rel_error(r):+.0%}".replace("+", ""),
-                    ms(r["default"]["step_s"]), ms(p["compute_s"]), f"{ms(p['layer_comm_s'])} / {ms(m['layer_comm_s'])}",
+                    ms(r["default"]["step_s"]), plan_vs_defaults(r).text(), ms(p["compute_s"]), f"{ms(p['layer_comm_s'])} / {ms(m['layer_comm_s'])}",
                     f"{ms(p['bubble_s'] + p['pipeline_comm_s'])} / {ms(m['pipeline_wait_s'])}",
                     f"{ms(p['gradient_exposed_s'])} / {ms(m['gradient_exposed_s'])}", ms(r["sum_s"]), str(sum_rank)))
     return out
 
 
-JOB_COLUMNS = ("testbed", "job", "placements", "median_rel_error", "spearman", "best_regret", "sum_model_regret",
-               "pairs ordered differently: step model right")
+JOB_COLUMNS = ("testbed", "job", "placements", "median_rel_error", "spearman", "best_regret (plan programs only)",
+               "regret against the best, defaults included", "defaults faster: paired test (by median)",
+               "sum_model_regret", "pairs ordered differently: step model right")
 
 
 def _f(x: float | None) -> str:
@@ -434,16 +478,24 @@ def _rho(x: float | None, placements: int) -> str:
     return f"n/a: {placements} placements" if placements < MIN_SPEARMAN_PLACEMENTS else "n/a: a constant ranking"
 
 
+def _beaten(x: dict) -> str:
+    """How many placements the defaults beat, as the tables say it: ``13 of 21 (14)``."""
+    return f"{x['paired']} of {x['placements']} ({x['median']})"
+
+
 def job_cells(s: dict) -> list[tuple[str, ...]]:
     """One row per testbed and job of :func:`summary`: the figures that count."""
     return [(name, j, str(n), _f(v["median_rel_error_by_job"][j]), _rho(v["spearman_by_job"][j], n),
-             _f(v["best_regret_by_job"][j]), _f(v["sum_model_regret_by_job"][j]),
+             _f(v["best_regret_by_job"][j]), _f(v["regret_with_defaults_by_job"][j]),
+             _beaten(v["defaults_faster_by_job"][j]), _f(v["sum_model_regret_by_job"][j]),
              f"{v['disagreements_by_job'][j]['step_model_right']} of {v['disagreements_by_job'][j]['pairs']}")
             for name, v in s.items() for j, n in v["placements_by_job"].items()]
 
 
 SUMMARY_COLUMNS = ("testbed", "placements", "jobs", "median_rel_error (median over jobs)",
-                   "spearman (median over jobs)", "best_regret (median over jobs; worst job)",
+                   "spearman (median over jobs)", "best_regret, plan programs only (median over jobs; worst job)",
+                   "regret against the best, defaults included (median over jobs; worst job)",
+                   "defaults faster: paired test (by median)",
                    "sum_model_regret (median over jobs; worst job)", "spearman pooled across jobs (not the headline)")
 
 
@@ -455,6 +507,9 @@ def summary_cells(s: dict) -> list[tuple[str, ...]]:
         rho = f"{_f(v['spearman']) if k else 'n/a'} ({k} of {v['jobs']} jobs)"
         out.append((name, str(v["placements"]), str(v["jobs"]), _f(v["median_rel_error"]), rho,
                     f"{_f(v['best_regret'])}; {_f(v['best_regret_worst_job'])}",
+                    f"{_f(v['regret_with_defaults'])}; {_f(v['regret_with_defaults_worst_job'])}",
+                    _beaten({"paired": v["defaults_faster_paired"], "median": v["defaults_faster_median"],
+                             "placements": v["placements"]}),
                     f"{_f(v['sum_model_regret'])}; {_f(v['sum_model_regret_worst_job'])}",
                     _f(v["spearman_pooled_across_jobs"])))
     return out

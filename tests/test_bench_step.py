@@ -365,3 +365,22 @@ def test_a_placement_runs_with_the_poll_setting_it_was_given(tmp_path, monkeypat
         assert "error" in record
         command = list(calls[-1])
         assert command[command.index("--poll-sleep-us") + 1] == str(given) and "runtime.step" in command
+
+
+def test_regret_counts_the_defaults_and_the_paired_test_says_where_they_win():
+    """Issue 47: the model's pick, run with the plan's programs, over the best configuration with the defaults
+    included; and the placements whose defaults beat the plan's programs on the paired rounds."""
+    raw = json.loads(json.dumps(RAW))
+    a = raw["testbeds"][0]["jobs"][0]["placements"]
+    # p1 of job a: defaults at 0.8 s, faster than its programs (1.0 s) in each of 6 rounds: the best configuration
+    a[1]["measured"]["rounds_s"] = [1.0] * 6
+    a[1]["default"] = {**a[1]["default"], "step_s": 0.8, "rounds_s": [0.8] * 6}
+    # p0: defaults faster by the median, but in 2 of 3 rounds only: not shown by the paired test
+    a[0]["default"] = {**a[0]["default"], "step_s": 1.05, "rounds_s": [1.05, 1.05, 1.2]}
+    s = summary(rows(raw))["tb"]
+    assert s["best_regret_by_job"]["a"] == pytest.approx(1.1)             # programs only: p0 over p1
+    assert s["regret_with_defaults_by_job"] == {"a": pytest.approx(1.1 / 0.8), "b": pytest.approx(1.0)}
+    assert s["regret_with_defaults_worst_job"] == pytest.approx(1.375)
+    assert s["defaults_faster_by_job"]["a"] == {"paired": 1, "median": 2, "placements": 3}
+    assert (s["defaults_faster_paired"], s["defaults_faster_median"]) == (1, 2)
+    assert job_cells(summary(rows(raw)))[0][7] == "1 of 3 (2)"
