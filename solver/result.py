@@ -65,16 +65,23 @@ def _request_spec(request: Request, placement: Placement) -> dict:
 def workload_json(problem: Problem) -> list[dict]:
     """The workload's requests as planned, in the order of each placement's ``requests``.
 
-    A request that lists several sizes appears once per size, named by
+    A request that lists several sizes appears once per size, and a gradient once per bucket size, named by
     :func:`~hierarchies.plan_file.sized_name`, with ``"item"`` naming the request as the spec gave it.
     """
     out = []
     for w in problem.spec.workload or []:
-        given = w.model_dump(mode="json")
-        for name, size in w.sized():
-            out.append({**given, "name": name, "message_bytes": size,
-                        **({} if isinstance(w.message_bytes, int) else {"item": w.name})})
+        buckets = w.buckets()
+        given = (w.model_dump(mode="json", exclude={"gradient", "bucket_bytes"}) if buckets is None
+                 else {**w.model_dump(mode="json"), "bucket_bytes": buckets.bucket_bytes})
+        for p in w.planned():
+            out.append({**given, "name": p.name, "message_bytes": p.message_bytes, "count": p.count,
+                        **({} if p.name == w.name else {"item": w.name})})
     return out
+
+
+def gradients_json(problem: Problem) -> list[dict]:
+    """Each request marked as a gradient with the buckets it was priced as (solver/gradients.py)."""
+    return [{"name": w.name, **b.to_json()} for w in problem.spec.workload or [] if (b := w.buckets()) is not None]
 
 
 def is_complete(problem: Problem, plan: SweepResult) -> bool:
@@ -93,6 +100,8 @@ def result_json(problem: Problem, plan: SweepResult, max_steps: int, proof: str 
         out["placements"] = [solution_json(p.requests[0].solution) for p in plan.placements]
         return out
     out["workload"] = workload_json(problem)
+    if gradients := gradients_json(problem):
+        out["gradients"] = gradients
     if problem.spec.step is not None:
         out["step"] = problem.spec.step.model_dump(mode="json")
     out["placements"] = [

@@ -12,9 +12,11 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator,
+)
 
 from p2synth.hierarchies.cli import quote
 from p2synth.hierarchies.library import UnknownSystemError, load_system, system_names
@@ -23,6 +25,7 @@ from p2synth.hierarchies.placement import Axis, Matrix, Placement, PlacementErro
 from p2synth.hierarchies.plan_file import sized_name
 from p2synth.hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, Request
 from p2synth.hierarchies.step import Part, Role, StepSpec, part_of
+from p2synth.solver.gradients import DDP_BUCKET_BYTES, GRADIENT_COLLECTIVES, Buckets
 from p2synth.solver.models import CostModelKind
 
 if TYPE_CHECKING:
@@ -130,6 +133,14 @@ class RequestSpec(BaseModel):
     collective: Collective = Field(default=Collective.ALL_REDUCE, description="the collective to perform")
 
 
+class Planned(NamedTuple):
+    """One request as the planner sees it: its planned name, the bytes of one occurrence, occurrences per step."""
+
+    name: str
+    message_bytes: int
+    count: int
+
+
 class WorkloadItem(RequestSpec):
     """A named request of a training step, with its size and how often it runs per step."""
 
@@ -137,6 +148,11 @@ class WorkloadItem(RequestSpec):
     message_bytes: SizesField = Field(
         description="bytes per device of one occurrence, or a list of sizes to plan separately (e.g. DDP bucket sizes)")
     count: int = Field(default=1, gt=0, le=MAX_COUNT, description="how many times it runs per training step (each size, for a list)")
+    gradient: bool = Field(
+        default=False, description="a gradient, reduced in buckets as the backward pass produces it (as DDP does): "
+                                   "message_bytes is the whole gradient, priced as ceil(message_bytes / bucket_bytes) buckets")
+    bucket_bytes: MessageBytes | None = Field(
+        default=None, description=f"bucket size of a gradient (default {DDP_BUCKET_BYTES}, DDP's 25 MiB bucket_cap_mb)")
 
     @field_validator("message_bytes")
     @classmethod
@@ -147,11 +163,45 @@ class WorkloadItem(RequestSpec):
             return sorted(sizes)
         return sizes
 
-    def sized(self) -> list[tuple[str, int]]:
-        """The (name, message_bytes) entries this request is planned as: itself, or one per listed size."""
-        if isinstance(self.message_bytes, int):
-            return [(self.name, self.message_bytes)]
-        return [(sized_name(self.name, size), size) for size in self.message_bytes]
+    @field_validator("gradient")
+    @classmethod
+    def _gradient_is_one_reduction(cls, gradient: bool, info: ValidationInfo) -> bool:
+        collective = info.data.get("collective")
+        if gradient and collective is not None and collective not in GRADIENT_COLLECTIVES:
+            raise ValueError(f"a gradient is reduced, and {collective.value} does not reduce; "
+                             "use all_reduce or reduce_scatter, or drop \"gradient\"")
+        if gradient and isinstance(info.data.get("message_bytes"), list):
+            raise ValueError("a gradient is one size, its total bytes, split into buckets of bucket_bytes; "
+                             "give message_bytes as one number")
+        return gradient
+
+    @field_validator("bucket_bytes")
+    @classmethod
+    def _buckets_of_a_gradient(cls, bucket_bytes: int | None, info: ValidationInfo) -> int | None:
+        if bucket_bytes is not None and info.data.get("gradient") is False:
+            raise ValueError("sizes a gradient's buckets; add \"gradient\": true or drop bucket_bytes")
+        return bucket_bytes
+
+    def buckets(self) -> Buckets | None:
+        """How a gradient is priced: its split into buckets (None: not marked as a gradient)."""
+        if not self.gradient:
+            return None
+        assert isinstance(self.message_bytes, int)
+        return Buckets(self.message_bytes, self.bucket_bytes or DDP_BUCKET_BYTES, self.count)
+
+    def planned(self) -> list[Planned]:
+        """The requests this item is planned as: itself; one per listed size, named ``NAME_BYTES``; or for a
+        gradient one per bucket size (``NAME_BYTES`` when there are two: the full buckets and the last)."""
+        buckets = self.buckets()
+        if buckets is not None:
+            sizes = buckets.sizes()
+        elif isinstance(self.message_bytes, int):
+            sizes = [(self.message_bytes, self.count)]
+        else:
+            sizes = [(size, self.count) for size in self.message_bytes]
+        if len(sizes) == 1 and not isinstance(self.message_bytes, list):
+            return [Planned(self.name, *sizes[0])]
+        return [Planned(sized_name(self.name, size), size, count) for size, count in sizes]
 
 
 class Spec(BaseModel):
@@ -219,7 +269,8 @@ class Problem:
         return Placement(self.hierarchy, self.axes, matrix)
 
 
-def _format_validation_error(err: ValidationError) -> list[str]:
+def _format_validation_error(err: ValidationError) -> list[tuple[tuple, str]]:
+    """Pydantic's errors as (path, line) pairs, one per problem."""
     errors = err.errors(include_url=False)
     locs = [_user_path(e["loc"]) for e in errors]
     lines = []
@@ -229,8 +280,32 @@ def _format_validation_error(err: ValidationError) -> list[str]:
             continue
         msg = _FIXES.get(e["type"], e["msg"].removeprefix("Value error, "))
         where = ".".join(field_key(p) for p in loc) or _ROOT_FIELDS
-        lines.append(f"{where}: {msg}")
+        lines.append((loc, f"{where}: {msg}"))
     return lines
+
+
+def _unknown_axes_unvalidated(data: dict) -> list[tuple[tuple, str]]:
+    """(path, line) for each unknown axis the requests name, read from the JSON of a spec that failed validation,
+    so that one run reports a misspelled axis beside the validation's problems (where names can be read at all)."""
+    axes = data.get("axes")
+    if not isinstance(axes, list) or not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in axes):
+        return []
+    names = [a["name"] for a in axes]
+    workload = data.get("workload") if isinstance(data.get("workload"), list) else []
+    requests = [(("request",), data.get("request"))] + [(("workload", i), w) for i, w in enumerate(workload)]
+    return [(loc + ("axes",), line) for loc, r in requests
+            if isinstance(r, dict) and isinstance(r.get("axes"), list) and all(isinstance(a, str) for a in r["axes"])
+            for line in unknown_axes(".".join(map(str, loc)), r["axes"], names)]
+
+
+def _in_spec_order(problems: list[tuple[tuple, str]]) -> list[str]:
+    """The lines of (path, line) problems in the order of the spec's fields and list items (the whole spec last)."""
+    order = list(Spec.model_fields)
+
+    def key(loc: tuple) -> tuple[int, int]:
+        field = order.index(loc[0]) if loc and loc[0] in order else len(order)
+        return field, loc[1] if len(loc) > 1 and isinstance(loc[1], int) else -1
+    return [line for _, line in sorted(problems, key=lambda p: key(p[0]))]
 
 
 def _user_path(loc: tuple) -> tuple:
@@ -265,7 +340,7 @@ def parse_spec(text: str) -> Spec:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_format_validation_error(e)) from None
+        raise SpecError(_in_spec_order(_format_validation_error(e) + _unknown_axes_unvalidated(data))) from None
     long_names = [f"{field}: {len(name):,} characters, more than {MAX_NAME}; shorten it"
                   for field, name in _names(spec) if len(name) > MAX_NAME]
     if long_names:
@@ -294,19 +369,27 @@ def resolve_hierarchy(value: str | SystemRef | Hierarchy) -> Hierarchy:
         return load_system(name, nodes)
     except UnknownSystemError:
         field = "hierarchy" if isinstance(value, str) else "hierarchy.system"
-        raise SpecError([f"{field}: unknown system {quote(name)}; use one of {', '.join(system_names())} or give levels"]) from None
+        raise SpecError([f"{field}: unknown system {quote(name, 24)}; use one of {', '.join(system_names())} or give levels"]) from None
 
 
-def _resolve_request(req: RequestSpec, axes: tuple[Axis, ...], field: str) -> Request:
-    names = [a.name for a in axes]
-    unknown = [a for a in req.axes if a not in names]
-    if unknown:
-        raise SpecError([f"{field}.axes: unknown axis {quote(unknown[0])}; known axes: {_listing(names)}"])
+def unknown_axes(field: str, given: list[str], names: list[str]) -> list[str]:
+    """One line per axis in `given` (a request's ``axes`` at `field`) that is not among the axis `names`."""
+    return [f"{field}.axes: unknown axis {quote(a)}; known axes: {_listing(names)}" for a in given if a not in names]
+
+
+def _request_problems(req: RequestSpec, names: list[str], field: str) -> list[str]:
+    """The problems of the request at `field` over the axes `names`, one line each."""
+    lines = unknown_axes(field, req.axes, names)
     if len(set(req.axes)) != len(req.axes):
-        raise SpecError([f"{field}.axes: an axis is named twice; name each once"])
+        lines.append(f"{field}.axes: an axis is named twice; name each once")
     if req.collective is Collective.SEND_RECV and len(req.axes) != 1:
-        raise SpecError([f"{field}.axes: send_recv shifts along exactly one axis, not {len(req.axes)}; "
-                         "name one axis (one send_recv request per axis)"])
+        lines.append(f"{field}.axes: send_recv shifts along exactly one axis, not {len(req.axes)}; "
+                     "name one axis (one send_recv request per axis)")
+    return lines
+
+
+def _request(req: RequestSpec, names: list[str]) -> Request:
+    """A checked request (:func:`_request_problems` found none) over indices into the axes `names`."""
     return Request(frozenset(names.index(a) for a in req.axes), req.collective)
 
 
@@ -317,34 +400,28 @@ def _listing(names: list[str], most: int = 6) -> str:
 
 
 def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: int | None = MAX_PLACEMENTS) -> Problem:
-    """Check a parsed spec for consistency and resolve names; SpecError lists the problems.
+    """Check a parsed spec for consistency and resolve names; SpecError lists every problem, one line each.
 
     ``"placements": "all"`` is refused (SpecError) when there are more than
     `max_placements` (None: no limit); their enumeration stops when `deadline`
     runs out, leaving ``placements_complete`` False.
     """
-    hierarchy = resolve_hierarchy(spec.hierarchy)
     axes = tuple(spec.axes)
     names = [a.name for a in axes]
+    hierarchy, lines = _hierarchy_problems(spec, axes)
+    lines += _requests_problems(spec, names)
     if len(set(names)) != len(names):
-        raise SpecError(["axes: axis names must be unique; rename the repeated axis"])
-    if hierarchy.num_devices > MAX_DEVICES:
-        raise SpecError([f"hierarchy: the level counts multiply to more than {MAX_DEVICES:,} devices, the most this tool handles; lower them"])
-    product = math.prod(a.size for a in axes)
-    if product != hierarchy.num_devices:
-        raise SpecError([
-            f"axes: sizes multiply to {quote(product, 30)} but the hierarchy {quote(hierarchy.describe())} has "
-            f"{hierarchy.num_devices} devices; make the product of axis sizes equal the device count"
-        ])
+        lines.insert(0, "axes: axis names must be unique; rename the repeated axis")
+    elif spec.step is not None and spec.workload is not None:
+        lines += _step_problems(spec.step, axes, spec.workload)
+    if lines:
+        raise SpecError(lines)
+    assert hierarchy is not None
     if spec.workload is not None:
-        requests = _workload_requests(spec.workload, axes)
-        if spec.step is not None:
-            _check_step(spec.step, axes, spec.workload)
+        requests = _workload_requests(spec.workload, names)
     else:
-        if spec.step is not None:
-            raise SpecError(["step: a step runs a workload; give the requests as \"workload\" instead of \"request\""])
         assert spec.request is not None
-        requests = (NamedRequest("request", _resolve_request(spec.request, axes, "request"), spec.message_bytes),)
+        requests = (NamedRequest("request", _request(spec.request, names), spec.message_bytes),)
     if spec.placements == "all":
         matrices, count = _all_matrices(hierarchy, axes, deadline, max_placements)
     else:
@@ -353,15 +430,47 @@ def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: 
     return Problem(spec, hierarchy, axes, requests, matrices, count)
 
 
-def _check_step(step: StepSpec, axes: tuple[Axis, ...], workload: list[WorkloadItem]) -> None:
-    """The step section against the axes and the workload; SpecError with one line per problem."""
+def _hierarchy_problems(spec: Spec, axes: tuple[Axis, ...]) -> tuple[Hierarchy | None, list[str]]:
+    """The spec's hierarchy (None: an unknown system) and its problems and the axes' against it: an unknown
+    system, too many devices, a product of axis sizes that is not the device count."""
+    try:
+        hierarchy = resolve_hierarchy(spec.hierarchy)
+    except SpecError as e:
+        return None, e.lines
+    if hierarchy.num_devices > MAX_DEVICES:
+        return hierarchy, [f"hierarchy: the level counts multiply to more than {MAX_DEVICES:,} devices, the most this tool handles; lower them"]
+    product = math.prod(a.size for a in axes)
+    if product != hierarchy.num_devices:
+        return hierarchy, [f"axes: sizes multiply to {quote(product, 30)} but the hierarchy {quote(hierarchy.describe())} "
+                           f"has {hierarchy.num_devices} devices; make the product of axis sizes equal the device count"]
+    return hierarchy, []
+
+
+def _requests_problems(spec: Spec, names: list[str]) -> list[str]:
+    """Every request's problems against the axes `names`, and a step section given with a single request."""
+    if spec.workload is None:
+        assert spec.request is not None
+        lines = _request_problems(spec.request, names, "request")
+        if spec.step is not None:
+            lines.append("step: a step runs a workload; give the requests as \"workload\" instead of \"request\"")
+        return lines
+    lines = [line for i, w in enumerate(spec.workload) for line in _request_problems(w, names, f"workload.{i}")]
+    planned = [p.name for w in spec.workload for p in w.planned()]
+    if len(set(planned)) != len(planned):
+        lines.append("workload: request names must be unique (a request that lists sizes, or a gradient in buckets "
+                     "of two sizes, is planned as NAME_BYTES for each); rename the repeated one")
+    return lines
+
+
+def _step_problems(step: StepSpec, axes: tuple[Axis, ...], workload: list[WorkloadItem]) -> list[str]:
+    """The step section against the axes and the workload, one line per problem."""
     names = [a.name for a in axes]
     lines = [f"step.roles.{role}: unknown axis {quote(name)}; known axes: {_listing(names)}"
              for role, name in step.roles.items() if name not in names]
     if len(set(step.roles.values())) != len(step.roles):
         lines.append("step.roles: an axis plays two roles; give each axis one role")
     if lines:
-        raise SpecError(lines)
+        return lines
     stages = step.axis_size(Role.PIPELINE, axes)
     if step.layers % stages:
         lines.append(f"step.layers: {step.layers} layers do not split evenly over {stages} pipeline stages; "
@@ -375,20 +484,18 @@ def _check_step(step: StepSpec, axes: tuple[Axis, ...], workload: list[WorkloadI
         if part is Part.PIPELINE and w.count != passes:
             lines.append(f"workload.{i}.count: a send_recv over the pipeline axis runs once per pass, {passes} times a "
                          f"step (forward and backward of {step.microbatches} microbatches); set count to {passes}")
-    if lines:
-        raise SpecError(lines)
+        if w.gradient and part is not Part.GRADIENT:
+            data = step.axis(Role.DATA)
+            lines.append(f"workload.{i}.gradient: in a step a gradient's buckets overlap the backward pass over the "
+                         f"data axis ({quote(data) if data else 'no axis has the data role'}); reduce it over that "
+                         "one axis, or drop \"gradient\"")
+    return lines
 
 
-def _workload_requests(workload: list[WorkloadItem], axes: tuple[Axis, ...]) -> tuple[NamedRequest, ...]:
-    """The workload's requests as planned: one per request and listed size; SpecError for a repeated name."""
-    requests = tuple(
-        NamedRequest(name, _resolve_request(w, axes, f"workload.{i}"), size, w.count)
-        for i, w in enumerate(workload) for name, size in w.sized()
-    )
-    if len({r.name for r in requests}) != len(requests):
-        raise SpecError(["workload: request names must be unique (a request that lists sizes is planned as "
-                         "NAME_BYTES for each); rename the repeated one"])
-    return requests
+def _workload_requests(workload: list[WorkloadItem], names: list[str]) -> tuple[NamedRequest, ...]:
+    """The workload's requests as planned (:meth:`WorkloadItem.planned`), checked by :func:`_requests_problems`."""
+    return tuple(NamedRequest(p.name, _request(w, names), p.message_bytes, p.count)
+                 for w in workload for p in w.planned())
 
 
 def _all_matrices(hierarchy: Hierarchy, axes: tuple[Axis, ...], deadline: Deadline | None,

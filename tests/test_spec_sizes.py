@@ -67,8 +67,8 @@ def test_bad_size_lists_give_one_line_naming_the_field(sizes, line):
 
 def test_a_planned_name_that_repeats_another_request_is_refused():
     spec = {**SPEC, "workload": [*SPEC["workload"], {"name": "grad_allreduce_4096", "axes": ["data"], "message_bytes": 64}]}
-    assert spec_errors(spec) == ["workload: request names must be unique (a request that lists sizes is planned as "
-                                 "NAME_BYTES for each); rename the repeated one"]
+    assert spec_errors(spec) == ["workload: request names must be unique (a request that lists sizes, or a gradient "
+                                 "in buckets of two sizes, is planned as NAME_BYTES for each); rename the repeated one"]
 
 
 def test_the_result_lists_each_planned_size_as_a_request_with_its_item():
