@@ -168,6 +168,26 @@ def test_bad_specs_exit_2_with_one_clear_line(tmp_path, spec, needle):
     assert "Traceback" not in r.stderr and not (tmp_path / "never.json").exists()
 
 
+def test_every_spec_problem_is_one_line_in_one_run(tmp_path):
+    """A misspelled axis and a misspelled collective (issue 48, point 5): both reported, in spec order, exit 2."""
+    spec = {**BASE, "axes": [{"name": "data", "size": 4}, {"name": "tensor", "size": 2}], "request": None,
+            "workload": [{"name": "grad", "axes": ["dta"], "message_bytes": 1024},
+                         {"name": "tp", "axes": ["tensor"], "collective": "allreduce", "message_bytes": 1024}]}
+    del spec["request"]
+    r = run(write_spec(tmp_path, spec))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2, r.stderr
+    assert lines[0] == "spec error: workload.0.axes: unknown axis 'dta'; known axes: 'data', 'tensor'"
+    assert lines[1].startswith("spec error: workload.1.collective: Input should be 'all_reduce'")
+    # problems the checks after parsing find are all reported too: two unknown axes and a wrong product
+    spec["workload"][1]["collective"] = "all_reduce"
+    spec["workload"].append({"name": "pp", "axes": ["pipe"], "message_bytes": 1024})
+    spec["axes"][1]["size"] = 4
+    lines = run(write_spec(tmp_path, spec)).stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["axes", "workload.0.axes", "workload.2.axes"], lines
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--top", "0"], "--top"),
     (["--top", "many"], "--top"),
