@@ -13,7 +13,8 @@ rooted call is position 0 of the group (the member with zero slice digits).
   program's steps use their non-blocking forms (``Iallreduce``, ...). Always
   available.
 * ``cupy``: device arrays and ``cupy.cuda.nccl``, one GPU per rank
-  (runtime/nccl.py, imported only when asked for); calls are queued on a
+  (``CupyBackend`` and ``NcclGroup`` in runtime/nccl.py, imported only when
+  asked for); calls are queued on a
   stream, and :meth:`Backend.synchronize` waits for it (done before every
   timer read).
 
@@ -23,40 +24,15 @@ for numpy (steps are MPI requests), a CUDA stream for cupy (``StreamLane``).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
 
 from p2synth.hierarchies.program import Collective
+from p2synth.runtime.backend_kind import BackendKind, BackendUnavailable, CupyMissing  # noqa: F401 (their old home)
 from p2synth.runtime.data import DTYPE
-
-
-class BackendKind(str, Enum):
-    """The available backends."""
-
-    NUMPY = "numpy"
-    CUPY = "cupy"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class BackendUnavailable(RuntimeError):
-    """The chosen backend cannot run here (no CuPy, no CUDA device, no NCCL...)."""
-
-
-class CupyMissing(BackendUnavailable):
-    """CuPy is not installed (``import cupy`` finds no module): the cupy backend is not an option here, nothing is broken.
-
-    Every other reason the cupy backend cannot run (no CUDA driver or device,
-    CuPy built without NCCL, a CuPy that fails to import) is a plain
-    :class:`BackendUnavailable`: CuPy is there but broken.
-    """
 
 
 class GroupComm(Protocol):
@@ -91,22 +67,20 @@ class GroupComm(Protocol):
 class Lane(Protocol):
     """Where a pipelined program's work queues (runtime/executor.py ``Pipeline``): the host, or one CUDA stream.
 
-    A *pending* is what :meth:`launched` and :meth:`mark` return: something a
-    lane can :meth:`wait` for (an MPI request or None; a CUDA event).
-    Collectives are started inside the backend's :meth:`Backend.launch_group`,
-    and their pendings taken once it has closed.
+    A *pending* is what :meth:`start` and :meth:`mark` return: something a
+    lane can :meth:`wait` for (an MPI request or None; a CUDA event). Both take
+    `reuse`, a pending the same call returned in an earlier run that every
+    wait has been issued for: a CUDA lane records into it rather than making a
+    new event (the host ignores it).
     """
 
     def run(self, calls: Sequence[Callable[[], None]]) -> None:
         """Run (numpy) or queue (cupy) the local calls `calls`, in order."""
 
-    def start(self, group: GroupComm, op: Collective, src: Any, dst: Any) -> Any:
-        """Start `op` over `group` from `src` into `dst` without waiting for it; a launch for :meth:`launched`."""
+    def start(self, group: GroupComm, op: Collective, src: Any, dst: Any, reuse: Any = None) -> Any:
+        """Start `op` over `group` from `src` into `dst` without waiting for it; its pending."""
 
-    def launched(self, launch: Any) -> Any:
-        """The pending of the collective whose :meth:`start` returned `launch`, once the launch group has closed."""
-
-    def mark(self) -> Any:
+    def mark(self, reuse: Any = None) -> Any:
         """A pending that is done when the work run or started on this lane so far is."""
 
     def wait(self, pending: Any) -> None:
@@ -155,9 +129,6 @@ class Backend(Protocol):
 
     def stage_lanes(self, count: int) -> tuple[Lane, ...]:
         """One lane per stage (step) of a pipelined program of `count` steps."""
-
-    def launch_group(self) -> AbstractContextManager[None]:
-        """A context inside which the collectives started on lanes form one launch (one NCCL group call on cupy)."""
 
 
 # -- numpy over MPI -------------------------------------------------------------
@@ -329,15 +300,11 @@ class HostLane:
         for call in calls:
             call()
 
-    def start(self, group: MpiGroup, op: Collective, src: np.ndarray, dst: np.ndarray) -> MPI.Request:
-        """Start `op` over `group` (non-blocking); its request."""
+    def start(self, group: MpiGroup, op: Collective, src: np.ndarray, dst: np.ndarray, reuse: Any = None) -> MPI.Request:
+        """Start `op` over `group` (non-blocking); its request is the pending (`reuse` is not needed)."""
         return group.start(op, src, dst)
 
-    def launched(self, launch: MPI.Request) -> MPI.Request:
-        """The request is the pending."""
-        return launch
-
-    def mark(self) -> None:
+    def mark(self, reuse: Any = None) -> None:
         """Host work is done when it returns: nothing to wait for."""
 
     def wait(self, pending: MPI.Request | None) -> None:
@@ -397,10 +364,6 @@ class NumpyBackend:
     def stage_lanes(self, count: int) -> tuple[HostLane, ...]:
         """The host, `count` times: the steps' requests are what overlaps."""
         return (_HOST,) * count
-
-    def launch_group(self) -> AbstractContextManager[None]:
-        """Nothing to group: MPI orders the non-blocking collectives by their start order on each communicator."""
-        return contextlib.nullcontext()
 
 
 _HOST = HostLane()

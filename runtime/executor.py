@@ -39,8 +39,7 @@ blocks arrive), which receives into the ``EXCHANGE`` buffer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -151,11 +150,12 @@ class Pipeline:
     that step's after-calls and its own local calls, then starts step ``k``
     without waiting for it. The split and the merge run on the main lane,
     which waits for the last lane before the merge. Every rank starts the
-    collectives in the order of :func:`wavefront`, the same everywhere, and
-    each slot's inside one `launch_group` (one NCCL group call on cupy, as
-    NCCL's user guide asks of communicators in flight at once; see
-    ``CupyBackend.launch_group``); a step's pending is taken once its group
-    has closed.
+    collectives one by one from this one thread, in the order of
+    :func:`wavefront`, the same everywhere: on cupy, the order NCCL's rules for
+    several communicators on one device rely on (``CupyBackend``,
+    docs/runtime.md "GPU streams"). Each run passes the pendings of the
+    previous one back to its lanes for reuse (`events`), so a CUDA lane makes
+    its events once, not once a step and piece per run.
     """
 
     pieces: tuple[PieceCalls, ...]
@@ -163,25 +163,26 @@ class Pipeline:
     merge: tuple[Call, ...]
     main: Lane
     lanes: tuple[Lane, ...]
-    launch_group: Callable[[], AbstractContextManager[None]]
+    events: dict[tuple, Any] = field(default_factory=dict, compare=False)  # the last run's pendings, by where taken
 
     def run(self) -> None:
         """Run the program once (on cupy: queued; the backend's synchronize waits for it)."""
         self.main.run(self.split)
-        self.lanes[0].wait(self.main.mark())
+        self.lanes[0].wait(self._keep(("split",), self.main.mark(self.events.get(("split",)))))
         pending: list[Any] = [None] * len(self.pieces)
-        for slot in slots(len(self.pieces), len(self.lanes)):
-            with self.launch_group():
-                started = [(piece, *self._stage(piece, stage, pending)) for piece, stage in slot]
-            for piece, lane, launch in started:  # after the group: on cupy an event must follow the enqueued collective
-                if launch is not _NOTHING:
-                    pending[piece] = lane.launched(launch)
-        self.main.wait(self.lanes[-1].mark())
+        for piece, stage in wavefront(len(self.pieces), len(self.lanes)):
+            self._stage(piece, stage, pending)
+        self.main.wait(self._keep(("join",), self.lanes[-1].mark(self.events.get(("join",)))))
         self.main.run(self.merge)
 
-    def _stage(self, piece: int, stage: int, pending: list[Any]) -> tuple[Lane, Any]:
-        """Run or queue stage `stage` of piece `piece`: its lane and the launch of its step's collective, or
-        ``_NOTHING`` (pending[piece] set here when the step is inactive, unchanged after the tail)."""
+    def _keep(self, where: tuple, pending: Any) -> Any:
+        """Remember `pending`, taken at `where`, for the next run to reuse; `pending`."""
+        self.events[where] = pending
+        return pending
+
+    def _stage(self, piece: int, stage: int, pending: list[Any]) -> None:
+        """Run or queue stage `stage` of piece `piece`; pending[piece] becomes its step's pending (unchanged after
+        the tail)."""
         steps = len(self.lanes)
         calls, lane = self.pieces[piece], self.lanes[min(stage, steps - 1)]
         after: tuple[Call, ...] = ()
@@ -190,16 +191,14 @@ class Pipeline:
             after = calls.steps[stage - 1].after
         if stage == steps:
             lane.run(after + calls.tail)
-            return lane, _NOTHING
+            return
         step = calls.steps[stage]
         lane.run(after + step.before)
+        reuse = self.events.get((piece, stage))
         if step.group is None:
-            pending[piece] = lane.mark()
-            return lane, _NOTHING
-        return lane, lane.start(step.group, step.op, step.src, step.dst)
-
-
-_NOTHING = object()  # a stage that started no collective
+            pending[piece] = self._keep((piece, stage), lane.mark(reuse))
+        else:
+            pending[piece] = self._keep((piece, stage), lane.start(step.group, step.op, step.src, step.dst, reuse))
 
 
 def split_pieces(backend: Backend, src: Any, dst: Any, chunks: int, pieces: int) -> Call:
@@ -280,7 +279,7 @@ class Executor:
         merge = (merge_pieces(self.backend, buffers.get(Role.PIECES_OUT), buffers.get(Role.RECV), end, pieces),) if end > 1 else ()
         pipeline = Pipeline(
             tuple(self._piece(plan, buffers, fault, piece, pieces, roles) for piece in range(pieces)), split, merge,
-            self.backend.main_lane(), self.backend.stage_lanes(len(program.steps)), self.backend.launch_group,
+            self.backend.main_lane(), self.backend.stage_lanes(len(program.steps)),
         )
         return CompiledProgram((pipeline.run,), plan.transposes)
 

@@ -1,24 +1,28 @@
 """The CuPy backend: device buffers and NCCL collectives (``cupy.cuda.nccl``), one GPU per rank.
 
 The rank's position among the ranks of its node (``COMM_TYPE_SHARED``)
-picks the GPU. Each group's NCCL unique id is made on the group's root and
-broadcast over the group's MPI sub-communicator. NCCL has no all-to-all
-collective: it is one ``send`` and one ``recv`` per member (itself included)
-inside one ``groupStart``/``groupEnd``; a send_recv (shift) is one ``send`` to
-the successor and one ``recv`` from the predecessor inside one group call. Calls are queued on one stream per
-rank. A pipelined program queues step ``k`` of every piece on stage stream
-``k``, ordered by events (:class:`StreamLane`), and launches the steps of
-each wavefront slot inside one NCCL group call
-(:meth:`CupyBackend.launch_group`, docs/runtime.md). CuPy is optional: this
-module is imported only when the cupy backend is asked for
-(:func:`p2synth.runtime.backends.make_backend`).
+picks the GPU (:func:`device_index`). Each group's NCCL unique id is made on
+the group's root and broadcast over the group's MPI sub-communicator as the
+object CuPy made it (:func:`shared_unique_id`: bytes from CuPy 14, a tuple of
+128 ints before), which is what every member's ``NcclCommunicator`` takes.
+NCCL has no all-to-all collective: it is one ``send`` and one ``recv`` per
+member (itself included) inside one ``groupStart``/``groupEnd``; a send_recv
+(shift) is one ``send`` to the successor and one ``recv`` from the
+predecessor inside one group call. Calls are queued on one stream per rank.
+A pipelined program queues step ``k`` of every piece on stage stream ``k``,
+ordered by events (:class:`StreamLane`), and starts its collectives one by
+one in the wavefront order from the one thread that runs it; how that order
+is kept on the device is :class:`LaunchOrder` (docs/runtime.md, "GPU
+streams"). CuPy is optional: this module is imported only when the cupy
+backend is asked for (:func:`p2synth.runtime.backends.make_backend`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -26,10 +30,12 @@ from mpi4py import MPI
 
 from p2synth.hierarchies.cli import one_line
 from p2synth.hierarchies.program import Collective
-from p2synth.runtime.backends import BackendKind, BackendUnavailable, CupyMissing
+from p2synth.runtime.backend_kind import BackendKind, BackendUnavailable, CupyMissing
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 
-NCCL_UNIQUE_ID_BYTES = 128
+IMPLICIT_ORDER_SINCE = 22600  # NCCL 2.26.0 as ncclGetVersion gives it: NCCL_LAUNCH_ORDER_IMPLICIT exists from there
+IMPLICIT_ORDER = "NCCL_LAUNCH_ORDER_IMPLICIT"
+MISSING_LIBRARY_HINT = "install the gpu extra (pip install 'p2synth[gpu]': {wheel})"
 
 
 @contextlib.contextmanager
@@ -48,19 +54,26 @@ def nccl_group(nccl: Any) -> Iterator[None]:
 
 
 
+def shared_unique_id(comm: MPI.Intracomm, nccl: Any) -> Any:
+    """The NCCL unique id of `comm`'s new communicator on every member (collective over `comm`).
+
+    The root makes it (``get_unique_id``) and broadcasts it as the object it
+    is, which is the form ``NcclCommunicator`` takes in the same CuPy:
+    ``bytes`` from CuPy 14 (``NcclCommunicator(int ndev, bytes commId, int
+    rank, ...)``), a tuple of 128 ints before (``tuple commId``).
+    """
+    return comm.bcast(nccl.get_unique_id() if comm.Get_rank() == 0 else None, root=0)
+
+
 class NcclGroup:
     """A group over one NCCL communicator, bootstrapped through an MPI sub-communicator."""
 
     def __init__(self, comm: MPI.Intracomm, nccl: Any, stream: Any):
-        uid = np.zeros(NCCL_UNIQUE_ID_BYTES, dtype=np.int64)
-        if comm.Get_rank() == 0:
-            uid[:] = nccl.get_unique_id()
-        comm.Bcast(uid, root=0)
         self.nccl = nccl
         self.stream = stream.ptr
         self.members = comm.Get_size()
         self.rank = comm.Get_rank()
-        self.comm = nccl.NcclCommunicator(comm.Get_size(), tuple(int(b) for b in uid), comm.Get_rank())
+        self.comm = nccl.NcclCommunicator(comm.Get_size(), shared_unique_id(comm, nccl), comm.Get_rank())
         self.types = {DTYPE: nccl.NCCL_FLOAT32, CHECK_DTYPE: nccl.NCCL_UINT64}
         self.sum = nccl.NCCL_SUM
 
@@ -114,11 +127,68 @@ class NcclGroup:
         self.comm.destroy()
 
 
-class StreamLane:
-    """The cupy backend's lane: one CUDA stream; local work and NCCL calls are queued on it, events order lanes."""
+class LaunchOrder(str, Enum):
+    """How the NCCL operations a rank keeps in flight on several communicators and streams stay in one order.
 
-    def __init__(self, stream: Any):
+    NCCL's user guide ("Using multiple NCCL communicators concurrently"):
+    "Prior to NCCL 2.26, using multiple NCCL communicators per-device required
+    serializing the order of all communication operations (via CUDA stream
+    dependencies or synchronization) into a consistent total global order
+    otherwise deadlocks could ensue. As of 2.26, NCCL introduces
+    NCCL_LAUNCH_ORDER_IMPLICIT which when enabled implicitly creates this order
+    dynamically by following the order operations are issued from the host."
+
+    * ``implicit``: NCCL 2.26 or later with ``NCCL_LAUNCH_ORDER_IMPLICIT`` set
+      to 1 (the backend sets it when unset): the host order is the order; the
+      executor issues every collective from one thread in the wavefront order,
+      the same on every rank. On CUDA 12.3 or later the operations may overlap.
+    * ``chained``: older NCCL, or the variable set to 0: every collective's
+      stream waits for an event recorded after the previous collective the
+      rank issued (:class:`Chain`), a total order by stream dependencies; the
+      collectives then run one at a time, local work still overlaps them.
+    """
+
+    IMPLICIT = "implicit"
+    CHAINED = "chained"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def launch_order(version: int, env: Mapping[str, str]) -> LaunchOrder:
+    """The order to keep with NCCL `version` (as ``ncclGetVersion`` gives it: 22605 is 2.26.5) and the environment
+    `env`: implicit from 2.26 unless ``NCCL_LAUNCH_ORDER_IMPLICIT`` is set to something other than 1."""
+    if version >= IMPLICIT_ORDER_SINCE and env.get(IMPLICIT_ORDER, "1") == "1":
+        return LaunchOrder.IMPLICIT
+    return LaunchOrder.CHAINED
+
+
+class Chain:
+    """The ``chained`` order's total order: each collective's stream waits for the rank's previous collective."""
+
+    def __init__(self) -> None:
+        self.last: Any = None  # an event recorded after the last collective issued (reused, recorded again each time)
+
+    def before(self, stream: Any) -> None:
+        """Make `stream` wait for the previous collective (none before the first)."""
+        if self.last is not None:
+            stream.wait_event(self.last)
+
+    def after(self, stream: Any) -> None:
+        """Record on `stream`, after the collective just issued there, the event the next one waits for."""
+        self.last = stream.record(self.last)
+
+
+class StreamLane:
+    """The cupy backend's lane: one CUDA stream; local work and NCCL calls are queued on it, events order lanes.
+
+    `chain` (None under the implicit order) puts every collective issued on any
+    lane of the backend into one total order (:class:`LaunchOrder`).
+    """
+
+    def __init__(self, stream: Any, chain: Chain | None = None):
         self.stream = stream
+        self.chain = chain
 
     def run(self, calls: Sequence[Callable[[], None]]) -> None:
         """Queue `calls` (CuPy kernels and copies) on this lane's stream."""
@@ -126,29 +196,53 @@ class StreamLane:
             for call in calls:
                 call()
 
-    def start(self, group: NcclGroup, op: Collective, src: Any, dst: Any) -> None:
-        """Issue `op` over `group` for this lane's stream (NCCL enqueues it when the launch group ends)."""
+    def start(self, group: NcclGroup, op: Collective, src: Any, dst: Any, reuse: Any = None) -> Any:
+        """Issue `op` over `group` on this lane's stream; an event recorded after it (into `reuse` if given)."""
+        if self.chain is not None:
+            self.chain.before(self.stream)
         getattr(group, op.value)(src, dst, stream=self.stream.ptr)
+        if self.chain is not None:
+            self.chain.after(self.stream)
+        return self.mark(reuse)
 
-    def launched(self, launch: None) -> Any:
-        """An event recorded after the collective, now that the group call has enqueued it."""
-        return self.mark()
-
-    def mark(self) -> Any:
-        """An event recorded on the stream now: done when everything queued so far is."""
-        return self.stream.record()
+    def mark(self, reuse: Any = None) -> Any:
+        """An event recorded on the stream now (into `reuse` if given): done when everything queued so far is."""
+        return self.stream.record(reuse)
 
     def wait(self, pending: Any) -> None:
         """Later work on this stream waits for the event `pending` (the host does not wait)."""
         self.stream.wait_event(pending)
 
 
+def device_index(local_rank: int, local_size: int, devices: int, visible: str | None) -> int:
+    """The CUDA device of the rank at `local_rank` of the `local_size` ranks of its node, which sees `devices` GPUs.
+
+    One GPU per rank: device `local_rank` when the node's ranks see a GPU
+    each; where the launcher gave each rank its own GPU (`visible`, the
+    rank's ``CUDA_VISIBLE_DEVICES``, set to one device: SLURM's
+    ``--gpus-per-task=1``, and many launchers), the one it sees, device 0
+    (were two ranks given the same GPU, NCCL refuses: "Duplicate GPU
+    detected"). BackendUnavailable otherwise.
+    """
+    if 0 <= local_rank < local_size <= devices:
+        return local_rank
+    if devices == 1 and visible:
+        return 0
+    raise BackendUnavailable(
+        f"cupy backend unavailable: {local_size} ranks on this node but {devices} GPU(s) visible to rank "
+        f"{local_rank}; it needs one GPU per rank (all visible to every rank, or one per rank by CUDA_VISIBLE_DEVICES)"
+    )
+
+
 def load_cupy() -> tuple[Any, Any, int]:
     """CuPy, its NCCL module and the number of CUDA devices.
 
     CupyMissing when CuPy is not installed; BackendUnavailable when it is but
-    cannot run: it fails to import, its NCCL module is missing or was not
-    built, or the CUDA runtime fails (no driver, no device).
+    cannot run: it fails to import, its NCCL module is missing or cannot load
+    NCCL (CuPy's wheels ship no NCCL: it comes from ``nvidia-nccl-cu12``),
+    NVRTC, which compiles CuPy's kernels, cannot be loaded (no CUDA toolkit
+    and no ``nvidia-cuda-nvrtc-cu12``), or the CUDA runtime fails (no driver,
+    no device).
     """
     try:
         import cupy
@@ -163,12 +257,19 @@ def load_cupy() -> tuple[Any, Any, int]:
     except Exception as e:  # ImportError (no NCCL), CUDARuntimeError (no driver, no device), ...
         raise BackendUnavailable(f"cupy backend unavailable: CuPy is installed but fails: {type(e).__name__}: {one_line(e)}") from None
     if not getattr(nccl, "available", False):
-        raise BackendUnavailable("cupy backend unavailable: CuPy is installed but was built without NCCL")
+        raise BackendUnavailable("cupy backend unavailable: CuPy is installed but cannot load NCCL (libnccl.so.2); "
+                                 + MISSING_LIBRARY_HINT.format(wheel="nvidia-nccl-cu12"))
+    try:
+        cupy.cuda.nvrtc.getVersion()  # CuPy loads NVRTC when it compiles its first kernel: fail here, not there
+    except Exception as e:  # noqa: BLE001  (CuPy 13: OSError/ImportError from the loader; 14: cuda.pathfinder's)
+        raise BackendUnavailable(f"cupy backend unavailable: CuPy is installed but cannot load NVRTC, which compiles its "
+                                 f"kernels ({type(e).__name__}: {one_line(e)}); "
+                                 + MISSING_LIBRARY_HINT.format(wheel="nvidia-cuda-nvrtc-cu12")) from None
     return cupy, nccl, devices
 
 
 class CupyBackend:
-    """Device buffers on this rank's GPU, NCCL for communication."""
+    """Device buffers on this rank's GPU (:func:`device_index`), NCCL for communication, in one :class:`LaunchOrder`."""
 
     kind = BackendKind.CUPY
     reduce_scatter_by_exchange = False  # ncclReduceScatter is a ring already
@@ -178,13 +279,14 @@ class CupyBackend:
         local_rank, local_size = node.Get_rank(), node.Get_size()
         node.Free()
         cupy, nccl, devices = load_cupy()
-        if local_size > devices:
-            raise BackendUnavailable(
-                f"cupy backend unavailable: {local_size} ranks on this node but {devices} GPU(s); it needs one GPU per rank"
-            )
+        index = device_index(local_rank, local_size, devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        self.order = launch_order(nccl.get_version(), os.environ)
+        if self.order is LaunchOrder.IMPLICIT:
+            os.environ[IMPLICIT_ORDER] = "1"  # NCCL reads it at its first launch, after this
+        self.chain = Chain() if self.order is LaunchOrder.CHAINED else None
         self.cupy = cupy
         self.nccl = nccl
-        self.device = cupy.cuda.Device(local_rank)
+        self.device = cupy.cuda.Device(index)
         self.device.use()
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
@@ -221,27 +323,11 @@ class CupyBackend:
 
     def main_lane(self) -> StreamLane:
         """The rank's stream (sequential programs, the split and the merge of pipelined ones)."""
-        return StreamLane(self.stream)
+        return StreamLane(self.stream, self.chain)
 
     def stage_lanes(self, count: int) -> tuple[StreamLane, ...]:
-        """One non-blocking stream per pipeline stage, made on first use and kept (stage k of every program shares one)."""
+        """One non-blocking stream per pipeline stage, made on first use and kept (stage k of every program shares one);
+        their collectives keep the backend's :class:`LaunchOrder`."""
         while len(self.stage_streams) < count:
             self.stage_streams.append(self.cupy.cuda.Stream(non_blocking=True))
-        return tuple(StreamLane(s) for s in self.stage_streams[:count])
-
-    def launch_group(self) -> AbstractContextManager[None]:
-        """One NCCL group call: the collectives started inside are launched together, as one operation.
-
-        A pipelined run keeps collectives of several communicators in flight on
-        several streams. NCCL's user guide warns that this can deadlock
-        ("Using multiple NCCL communicators concurrently", in "Creating a
-        Communicator"), and gives the safe form: calls on several
-        communicators merged by ncclGroupStart/ncclGroupEnd are treated as
-        one call ("Group Calls"), and a group over several streams is one
-        operation that synchronizes them ("CUDA Stream Semantics: Mixing
-        Multiple Streams within the same ncclGroupStart/End() group"). The
-        executor issues each wavefront slot's collectives inside one group,
-        in the same order on every rank, so NCCL operations never interleave
-        differently on two ranks: one group after the other.
-        """
-        return nccl_group(self.nccl)
+        return tuple(StreamLane(s, self.chain) for s in self.stage_streams[:count])

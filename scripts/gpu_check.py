@@ -8,7 +8,7 @@ against numpy and exactly (bit for bit):
 1. buffers: the cupy backend's upload, download, fill and transpose (random
    shapes and axis orders, on whole buffers and on the prefix views the
    executor uses), for float32 and uint64 random data;
-2. nccl: a one-rank NCCL communicator (runtime/backends.py ``NcclGroup`` over
+2. nccl: a one-rank NCCL communicator (runtime/nccl.py ``NcclGroup`` over
    ``MPI.COMM_SELF``) running each of the six collectives and the shift
    (send_recv) on random float32 and uint64 data, out of place and, for the calls that can run in place
    (all_reduce, reduce, broadcast), in place: on one rank each result is the input;
@@ -16,7 +16,7 @@ against numpy and exactly (bit for bit):
    2 and 4 pieces of random float32 and uint64 data: a chain of the six
    collectives a synthesized program's steps choose among (``STEP_OPS``; a
    send_recv is never pipelined) on the one-rank NCCL communicator, one CUDA stream per step,
-   each wavefront slot's collectives in one NCCL group call, events between a
+   the collectives issued one by one in wavefront order, events between a
    piece's consecutive steps, a local repack (a transpose)
    before every step but the first and after the last, the split and the merge
    on the rank's stream; run twice back to back, the output must be the
@@ -184,7 +184,7 @@ def check_pipeline(backend: CupyBackend, rng: np.random.Generator) -> int:
                 tuple(chain(backend, group, buffers, p, pieces) for p in range(pieces)),
                 (split_pieces(backend, send, buffers.get(Role.PIECES_IN), PIPELINE_CHUNKS, pieces),),
                 (merge_pieces(backend, buffers.get(Role.PIECES_OUT), recv, PIPELINE_CHUNKS, pieces),),
-                backend.main_lane(), backend.stage_lanes(len(STEP_OPS)), backend.launch_group,
+                backend.main_lane(), backend.stage_lanes(len(STEP_OPS)),
             )
             pipeline.run()
             pipeline.run()

@@ -1,7 +1,12 @@
 """A stand-in for CuPy built on numpy, so that CI can run scripts/gpu_check's code paths without a GPU.
 
 ``install()`` puts modules ``cupy``, ``cupy.cuda`` and ``cupy.cuda.nccl`` into
-``sys.modules``. Arrays are numpy arrays in host memory whose ``data.ptr`` is
+``sys.modules``, with the NCCL signatures of CuPy ``install(version=14)``
+(the default, what the gpu extra installs) or ``13`` (:data:`SIGNATURES`,
+which tests/test_cupy_signatures.py compares with the real CuPy where one is
+installed): from 14 ``get_unique_id()`` returns 128 ``bytes`` and
+``NcclCommunicator`` takes them; before, a tuple of 128 ints (C chars,
+-128..127). Each refuses the other's id as Cython does (TypeError). Arrays are numpy arrays in host memory whose ``data.ptr`` is
 their real address; the NCCL communicator supports one rank only, where every
 collective is a copy of ``count`` elements from the send to the receive
 address (ctypes.memmove), as real NCCL does on one rank; ``send``/``recv`` to
@@ -36,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import struct
 import sys
 import types
 from collections import deque
@@ -48,10 +54,19 @@ LOG: list[tuple[int, str]] = []  # (stream ptr, what) of every queued item that 
 
 
 class Event:
-    """cupy.cuda.Event: done once the stream that recorded it reaches the record."""
+    """cupy.cuda.Event, recorded again and again: as in CUDA, a wait is for the record made last before the wait was
+    queued (``recorded``, a count), done once its stream reaches it (``reached``); ``Event.made`` counts events."""
+
+    made = 0
 
     def __init__(self):
-        self.done = False
+        Event.made += 1
+        self.recorded = self.reached = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether the stream reached the event's last record."""
+        return self.reached >= self.recorded
 
 
 class Stream:
@@ -85,15 +100,16 @@ class Stream:
         self.queue.append((what, work))
 
     def record(self, event=None):
-        """An event done when this stream gets here."""
+        """`event` (a new one if None) recorded here: done when this stream gets here."""
         event = event or Event()
-        event.done = False
-        self.enqueue("record", lambda: setattr(event, "done", True))
+        event.recorded += 1
+        number = event.recorded
+        self.enqueue("record", lambda: setattr(event, "reached", max(event.reached, number)))
         return event
 
     def wait_event(self, event):
-        """Later work on this stream waits for `event`."""
-        self.queue.append(("wait", event))
+        """Later work on this stream waits for `event`'s last record so far (not for any made later)."""
+        self.queue.append(("wait", (event, event.recorded)))
 
     def synchronize(self):
         """Run every queued item, on every stream (see drain)."""
@@ -109,10 +125,15 @@ def current() -> Stream:
     return _CURRENT[-1]
 
 
+def _reached(event: Event, record: int) -> bool:
+    """Whether `event`'s stream has reached its record number `record` (0: never recorded, nothing to wait for)."""
+    return event.reached >= record
+
+
 def drain():
     """Run the queued work of every stream, one item at a time from the favoured stream that may run."""
     while True:
-        ready = [s for s in _STREAMS.values() if s.queue and (s.queue[0][0] != "wait" or s.queue[0][1].done)]
+        ready = [s for s in _STREAMS.values() if s.queue and (s.queue[0][0] != "wait" or _reached(*s.queue[0][1]))]
         if not ready:
             if any(s.queue for s in _STREAMS.values()):
                 raise RuntimeError("fake streams: every stream with work waits for an event that is never done")
@@ -177,11 +198,18 @@ class NcclCommunicator:
 
     broken: str | None = None
     ranks = 1  # the most members a communicator may have (install's `ranks`)
+    version = 14  # the CuPy whose signature it has (install's `version`)
 
     def __init__(self, ranks, uid, rank):
-        if not 0 <= rank < ranks <= self.ranks or len(uid) != 128:
+        wanted = bytes if self.version >= 14 else tuple
+        if not isinstance(uid, wanted):  # what Cython says of a typed argument
+            raise TypeError(f"Argument 'commId' has incorrect type (expected {wanted.__name__}, got {type(uid).__name__})")
+        if len(uid) != 128:
+            raise ValueError(f"a NCCL unique id has 128 bytes, not {len(uid)}")
+        if not 0 <= rank < ranks <= self.ranks:
             raise ValueError(f"the fake NCCL supports {self.ranks} rank(s) at most")
-        self.id = (int(uid[0]), int(uid[1]))  # get_unique_id's (process, serial) of the root: the same on every member
+        raw = uid if isinstance(uid, bytes) else bytes(b & 0xFF for b in uid)
+        self.id = struct.unpack_from("<qq", raw)  # get_unique_id's (process, serial) of the root: the same on every member
         self.sends: list = []  # (ptr, count, dtype, stream) queued until groupEnd
         self.recvs: list = []
 
@@ -250,9 +278,29 @@ _IDS = itertools.count()
 LAUNCHES: list[tuple[tuple[int, int], str, int | None]] = []  # (communicator id, NCCL name, group call number or None)
 
 
-def get_unique_id() -> tuple[int, ...]:
-    """A unique id that names its communicator: (this process's id, a serial), zero-padded to 128 entries."""
-    return (os.getpid(), next(_IDS)) + (0,) * 126
+SIGNATURES = {  # the first line of each docstring of cupy.cuda.nccl's names the runtime uses, by CuPy major version
+    14: {"NcclCommunicator": "NcclCommunicator(int ndev, bytes commId, int rank, NcclConfig config=None)"},
+    13: {"NcclCommunicator": "NcclCommunicator(int ndev, tuple commId, int rank)"},
+}
+for _signatures in SIGNATURES.values():  # the methods are the same in both
+    _signatures.update({f"NcclCommunicator.{name}": f"NcclCommunicator.{name}(self, {args})" for name, args in {
+        "allReduce": "intptr_t sendbuf, intptr_t recvbuf, size_t count, int datatype, int op, intptr_t stream",
+        "reduceScatter": "intptr_t sendbuf, intptr_t recvbuf, size_t recvcount, int datatype, int op, intptr_t stream",
+        "allGather": "intptr_t sendbuf, intptr_t recvbuf, size_t count, int datatype, intptr_t stream",
+        "reduce": "intptr_t sendbuf, intptr_t recvbuf, size_t count, int datatype, int op, int root, intptr_t stream",
+        "broadcast": "intptr_t sendbuff, intptr_t recvbuff, size_t count, int datatype, int root, intptr_t stream",
+        "send": "intptr_t sendbuf, size_t count, int datatype, int peer, intptr_t stream",
+        "recv": "intptr_t recvbuf, size_t count, int datatype, int peer, intptr_t stream",
+    }.items()})
+    _signatures["NcclCommunicator.destroy"] = "NcclCommunicator.destroy(self)"
+UNIQUE_ID_TYPES = {14: bytes, 13: tuple}  # what get_unique_id() returns
+
+
+def unique_id(version: int) -> bytes | tuple[int, ...]:
+    """A unique id that names its communicator, (this process's id, a serial), in 128 bytes as CuPy `version` gives
+    it: bytes (14), or a tuple of C chars (13)."""
+    raw = struct.pack("<qq", os.getpid(), next(_IDS)) + bytes(112)
+    return raw if version >= 14 else tuple(b - 256 if b > 127 else b for b in raw)
 _GROUP = {"depth": 0, "count": 0, "deferred": [], "p2p": {}}
 
 
@@ -279,8 +327,11 @@ def group_end():
         comm.pair()
 
 
-def install(broken: str | None = None, schedule: str = "last", ranks: int = 1) -> None:
-    """Register the fake modules as cupy, cupy.cuda and cupy.cuda.nccl; `schedule` is "last" or "first" (see Stream).
+def install(broken: str | None = None, schedule: str = "last", ranks: int = 1, version: int = 14,
+            nccl_version: int = 23203) -> None:
+    """Register the fake modules as cupy, cupy.cuda and cupy.cuda.nccl; `schedule` is "last" or "first" (see Stream);
+    `version` the CuPy major version whose NCCL signatures they have (13 or 14); `nccl_version` what
+    ``nccl.get_version()`` says (23203: NCCL 2.32.3).
 
     `ranks` > 1 lets an MPI job of that many ranks (one fake GPU each) make
     communicators of several members, to log the order of its NCCL calls
@@ -289,8 +340,10 @@ def install(broken: str | None = None, schedule: str = "last", ranks: int = 1) -
     """
     if schedule not in ("last", "first"):
         raise ValueError(f"schedule must be 'last' or 'first', not {schedule!r}")
+    if version not in SIGNATURES:
+        raise ValueError(f"version must be one of {sorted(SIGNATURES)}, not {version!r}")
     Stream.schedule = schedule
-    Stream.made = 0
+    Stream.made = Event.made = 0
     _STREAMS.clear()
     _CURRENT[:] = [Stream(ptr=0)]  # the null stream
     LOG.clear()
@@ -299,14 +352,16 @@ def install(broken: str | None = None, schedule: str = "last", ranks: int = 1) -
     nccl = types.ModuleType("cupy.cuda.nccl")
     nccl.available = True
     nccl.NCCL_FLOAT32, nccl.NCCL_UINT64, nccl.NCCL_SUM = NCCL_FLOAT32, NCCL_UINT64, NCCL_SUM
-    nccl.NcclCommunicator = type("NcclCommunicator", (NcclCommunicator,), {"broken": broken, "ranks": ranks})
-    nccl.get_unique_id = get_unique_id
+    nccl.NcclCommunicator = type("NcclCommunicator", (NcclCommunicator,),
+                                 {"broken": broken, "ranks": ranks, "version": version})
+    nccl.get_unique_id = lambda: unique_id(version)
     nccl.groupStart, nccl.groupEnd = group_start, group_end
-    nccl.get_version = lambda: 0
+    nccl.get_version = lambda: nccl_version
     runtime = types.SimpleNamespace(getDeviceCount=lambda: ranks, getDeviceProperties=lambda i: {"name": b"fake GPU (numpy)"})
     cuda = types.ModuleType("cupy.cuda")
     cuda.Device, cuda.Stream, cuda.Event, cuda.runtime, cuda.nccl = Device, Stream, Event, runtime, nccl
+    cuda.nvrtc = types.SimpleNamespace(getVersion=lambda: (12, 9))
     cupy = types.ModuleType("cupy")
-    cupy.__version__ = "fake"
+    cupy.__version__ = f"{version} (fake)"
     cupy.cuda, cupy.ndarray, cupy.empty, cupy.copyto = cuda, ndarray, empty, copyto
     sys.modules.update({"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.nccl": nccl})

@@ -21,10 +21,10 @@ WITH_FAKE = ("import sys, tests.fake_cupy as f; f.install(broken={!r}, schedule=
 BLIND = "import p2synth.runtime.nccl as b\nclass Blind(b.StreamLane):\n    def wait(self, pending): pass\n"  # a lane that never waits
 NO_STEP_EVENTS = BLIND + "stage = b.CupyBackend.stage_lanes\nb.CupyBackend.stage_lanes = lambda self, n: tuple(Blind(l.stream) for l in stage(self, n))\n"
 NO_JOIN = BLIND + "b.CupyBackend.main_lane = lambda self: Blind(self.stream)\n"
-# a step's event recorded inside its NCCL group call, before NCCL enqueues the collective (at the group's end)
-EVENT_IN_GROUP = ("import p2synth.runtime.nccl as b\nstart = b.StreamLane.start\n"
-                  "b.StreamLane.start = lambda self, *a: (start(self, *a), self.mark())[1]\n"
-                  "b.StreamLane.launched = lambda self, launch: launch\n")
+# a step's event recorded before its collective is queued
+EVENT_BEFORE = ("import p2synth.runtime.nccl as b\n"
+                "b.StreamLane.start = lambda self, group, op, src, dst, reuse=None: "
+                "(self.mark(reuse), getattr(group, op.value)(src, dst, stream=self.stream.ptr))[0]\n")
 WITHOUT_CUPY = "import sys; sys.modules['cupy'] = None; from scripts.gpu_check import main; sys.exit(main())"
 
 
@@ -57,7 +57,8 @@ NO_NCCL_MODULE = "import cupy\ndel cupy.cuda.nccl, sys.modules['cupy.cuda.nccl']
 
 @pytest.mark.parametrize("broken, why", [
     (NO_DEVICE, "CuPy is installed but fails: CUDARuntimeError: cudaErrorNoDevice: no CUDA-capable device is detected"),
-    (NO_NCCL_BUILT, "CuPy is installed but was built without NCCL"),
+    (NO_NCCL_BUILT, "CuPy is installed but cannot load NCCL (libnccl.so.2); install the gpu extra "
+                    "(pip install 'p2synth[gpu]': nvidia-nccl-cu12)"),
     (NO_NCCL_MODULE, "CuPy is installed but fails: ImportError: cannot import name 'nccl' from 'cupy.cuda'"),
 ])
 def test_a_cupy_that_is_installed_but_cannot_run_fails_with_exit_3(broken, why):
@@ -84,15 +85,15 @@ def test_on_the_fake_cupy_every_check_runs_and_passes(schedule):
     job = run(["-c", WITH_FAKE.format(None, schedule, "")])
     assert job.returncode == 0, job.stdout + job.stderr
     [line] = job.stdout.splitlines()
-    assert line.startswith("gpu_check: ok: fake GPU (numpy), CuPy fake, NCCL 0: buffers 48 checks, nccl 20 one-rank collectives, "
+    assert line.startswith("gpu_check: ok: fake GPU (numpy), CuPy 14 (fake), NCCL 23203: buffers 48 checks, nccl 20 one-rank collectives, "
                            "pipeline 4 pipelined runs, bench 7 one-device plans, all exact, in ")
 
 
 @pytest.mark.parametrize("broken, schedule", [(NO_STEP_EVENTS, "last"), (NO_STEP_EVENTS, "first"), (NO_JOIN, "first"),
-                                              (EVENT_IN_GROUP, "last")])
+                                              (EVENT_BEFORE, "last")])
 def test_a_pipeline_missing_its_events_fails_the_check(broken, schedule):
     """Stage lanes that do not wait for a piece's previous step (or the rank's stream that does not wait for the last
-    lane before the merge, or events recorded before the group call enqueues the collective) let the fake's
+    lane before the merge, or events recorded before the collective is queued) let the fake's
     favoured stream run too early: the pipelined output is wrong."""
     job = run(["-c", WITH_FAKE.format(None, schedule, broken)])
     assert job.returncode == 1, job.stdout + job.stderr

@@ -1,9 +1,9 @@
-"""The NCCL all_to_all (grouped send/recv) of runtime/backends.py over several ranks, in one process.
+"""The NCCL all_to_all (grouped send/recv) of runtime/nccl.py over several ranks, in one process.
 
 tests/fake_cupy.py's communicator has one rank; here a recording stand-in for
 NCCL's point-to-point calls connects k NcclGroup objects, so the pairing of
 sends and receives, the block offsets and the single group call per
-all_to_all are checked for real group sizes. What this does not exercise:
+all_to_all are checked for real group sizes (the group is runtime/nccl.py's). What this does not exercise:
 NCCL itself, device memory and streams (scripts/gpu_check on a GPU machine).
 """
 
@@ -22,7 +22,7 @@ from p2synth.hierarchies import Collective
 from p2synth.hierarchies.program import STEP_OPS
 from p2synth.runtime.nccl import CupyBackend, NcclGroup
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
-from p2synth.runtime.executor import slots
+from p2synth.runtime.executor import wavefront
 from scripts.gpu_check import DTYPES, PIECES, check_pipeline
 from tests.runtime_support import run_mpi
 
@@ -160,21 +160,21 @@ def calls_of(op: Collective, members: int = 1) -> list[str]:
     return ["send", "recv"] * members if op is Collective.ALL_TO_ALL else [NCCL_NAMES[op]]
 
 
-def test_every_nccl_call_of_a_pipelined_run_is_in_its_slots_group_call_in_wavefront_order(fake_cupy):
-    """NCCL's user guide: communicators in flight at once may deadlock unless their calls are grouped
-    (ncclGroupStart/End) and ordered alike on every rank. scripts/gpu_check's chain (the six collectives, one stage
-    stream each) on 2 and 4 pieces, run twice each: every NCCL call is inside a group call, one group per wavefront
-    slot, holding exactly the slot's steps, youngest piece first."""
+def test_a_pipelined_run_issues_its_nccl_calls_one_by_one_in_wavefront_order(fake_cupy):
+    """scripts/gpu_check's chain (the six collectives, one stage stream each) on 2 and 4 pieces, run twice each: the
+    collectives are issued in wavefront order, each on its own (no group call across the stage streams, which NCCL
+    would make wait for each other: issue 46); only all_to_all's sends and receives share a group call."""
     backend = CupyBackend(MPI.COMM_SELF)
     check_pipeline(backend, np.random.default_rng(0))
     launches = fake_cupy.LAUNCHES
-    assert launches and None not in {group for _, _, group in launches}
     assert len({comm for comm, _, _ in launches}) == 1  # the chain's one-rank communicator
     ops = list(STEP_OPS)
-    want = [[call for _, k in slot if k < len(ops) for call in calls_of(ops[k])]
-            for _dtype in DTYPES for pieces in PIECES for _run in range(2) for slot in slots(pieces, len(ops))]
-    got = [[op for _, op, _ in calls] for _, calls in groupby(launches, key=lambda launch: launch[2])]
-    assert got == [calls for calls in want if calls]  # the last slot (a tail alone) issues an empty group
+    want = [call for _dtype in DTYPES for pieces in PIECES for _run in range(2)
+            for _, k in wavefront(pieces, len(ops)) if k < len(ops) for call in calls_of(ops[k])]
+    assert [op for _, op, _ in launches] == want
+    grouped = [group for _, op, group in launches if op in ("send", "recv")]
+    assert {group for _, op, group in launches if op not in ("send", "recv")} == {None}
+    assert None not in grouped and len(set(grouped)) == len(grouped) // 2  # one group call per all_to_all
 
 
 # A 4-rank job on the fake CuPy (one fake GPU per rank): every pipelined program of SMALL's every collective on 3
@@ -208,20 +208,17 @@ if world.Get_rank() == 0:
 
 
 @pytest.mark.mpi
-def test_every_rank_issues_the_same_nccl_calls_on_each_communicator_in_the_same_group_calls():
+def test_every_rank_issues_the_same_nccl_calls_on_each_communicator_in_the_same_order():
     """4 ranks, every pipelined program of every collective (rooted ones skip steps on inactive ranks): on each
-    communicator its members make the same calls, in the same order, each in the same group call, every call in one."""
+    communicator its members make the same calls, in the same order."""
     job = run_mpi(4, ["-c", LAUNCH_ORDER], timeout=300)
     assert job.returncode == 0, job.stderr
     every = json.loads(job.stdout)
     by_comm: dict[tuple, dict[int, list]] = {}
     for rank, launches in enumerate(every):
         for comm, op, group in launches:
-            assert group is not None, (rank, comm, op)
             by_comm.setdefault(tuple(comm), {}).setdefault(rank, []).append((op, group))
     assert len(by_comm) > 4  # the slices' communicators (of 1, 2 and 4 members), one per group
     for comm, members in by_comm.items():
         sequences = list(members.values())
         assert all(s == sequences[0] for s in sequences), comm
-    groups = {rank: max(group for _, _, group in launches) for rank, launches in enumerate(every)}
-    assert len(set(groups.values())) == 1  # every rank made as many group calls

@@ -5,7 +5,6 @@ every program of the small cases on 2 and 4 pieces for real; here recording
 lanes show the order of the work and its waits, whatever the backend.
 """
 
-import contextlib
 from itertools import groupby
 
 import numpy as np
@@ -39,12 +38,6 @@ class Recorder:
     def lane(self, name: str) -> "RecordingLane":
         return RecordingLane(self, name)
 
-    @contextlib.contextmanager
-    def launch_group(self):
-        self.log.append(("group", "open"))
-        yield
-        self.log.append(("group", "close"))
-
 
 class RecordingLane:
     def __init__(self, recorder: Recorder, name: str):
@@ -54,16 +47,13 @@ class RecordingLane:
         for call in calls:
             self.recorder.log.append((self.name, *call()))
 
-    def start(self, group, op, src, dst):
-        self.recorder.log.append((self.name, "start", src, op))
+    def start(self, group, op, src, dst, reuse=None):
+        self.recorder.log.append((self.name, "start", src, op, reuse))
         return ("step", src)
 
-    def launched(self, launch):
-        self.recorder.log.append((self.name, "launched", launch))
-        return launch
-
-    def mark(self):
+    def mark(self, reuse=None):
         self.recorder.marks += 1
+        self.recorder.log.append((self.name, "mark", reuse))
         return ("mark", self.name, self.recorder.marks)
 
     def wait(self, pending):
@@ -85,8 +75,7 @@ def recorded_pipeline(pieces: int, steps: int, inactive: set[tuple[int, int]] = 
         )
 
     lanes = tuple(rec.lane(f"lane{k}") for k in range(steps))
-    return rec, Pipeline(tuple(piece(p) for p in range(pieces)), (tag("split"),), (tag("merge"),), rec.lane("main"), lanes,
-                         rec.launch_group)
+    return rec, Pipeline(tuple(piece(p) for p in range(pieces)), (tag("split"),), (tag("merge"),), rec.lane("main"), lanes)
 
 
 @pytest.mark.parametrize("pieces, steps", [(1, 1), (2, 1), (3, 2), (4, 3)])
@@ -94,13 +83,14 @@ def test_a_pipeline_waits_for_a_pieces_previous_step_before_its_next(pieces, ste
     rec, pipeline = recorded_pipeline(pieces, steps)
     pipeline.run()
     log = rec.log
+    log = [entry for entry in log if entry[1] != "mark"]
     assert log[0] == ("main", "split") and log[1] == ("lane0", "wait", ("mark", "main", 1))
     assert log[-2] == ("main", "wait", ("mark", f"lane{steps - 1}", 2)) and log[-1] == ("main", "merge")
     at = {entry: i for i, entry in enumerate(log)}
     for p in range(pieces):
         for k in range(steps):
             lane = f"lane{k}"
-            start = at[(lane, "start", (p, k), Collective.ALL_REDUCE)]
+            start = at[(lane, "start", (p, k), Collective.ALL_REDUCE, None)]
             assert at[(lane, "before", p, k)] < start  # its local work first, on its own lane
             if k > 0:  # then only after step k - 1 of the same piece is done, and that step's after-calls ran
                 assert at[(lane, "wait", ("step", (p, k - 1)))] < at[(lane, "after", p, k - 1)] < at[(lane, "before", p, k)]
@@ -111,29 +101,25 @@ def test_a_pipeline_waits_for_a_pieces_previous_step_before_its_next(pieces, ste
 
 
 @pytest.mark.parametrize("pieces, steps", [(1, 1), (2, 1), (3, 2), (4, 3)])
-def test_each_slot_starts_its_collectives_in_one_launch_group_and_takes_their_pendings_after_it(pieces, steps):
-    """NCCL enqueues a group's collectives at its end: every start inside a group, one group per slot, every
-    pending (a CUDA event on cupy) taken after its group closed."""
-    rec, pipeline = recorded_pipeline(pieces, steps)
+def test_a_second_run_records_into_the_first_runs_pendings(pieces, steps):
+    """Issue 46: a CUDA lane made a new event per step and piece on every run. The second run hands every start and
+    mark the pending the same call returned in the first run (a CUDA lane records into it), the first run none."""
+    rec, pipeline = recorded_pipeline(pieces, steps, inactive={(0, 0)})
     pipeline.run()
-    groups: list[list] = []
-    inside = False
-    for entry in rec.log:
-        if entry[0] == "group":
-            inside = entry[1] == "open"
-            groups += [[]] if inside else []
-        elif entry[1] == "start":
-            assert inside
-            groups[-1].append(entry[2])
-        elif entry[1] == "launched":
-            assert not inside
-    assert not inside and groups == [[(p, k) for p, k in slot if k < steps] for slot in slots(pieces, steps)]
+    first = [entry for entry in rec.log if entry[1] in ("start", "mark")]
+    assert first and all(entry[-1] is None for entry in first)
+    taken = dict(pipeline.events)
+    rec.log.clear()
+    pipeline.run()
+    again = [entry[-1] for entry in rec.log if entry[1] in ("start", "mark")]
+    assert len(again) == len(first) and None not in again
+    assert sorted(map(repr, again)) == sorted(map(repr, taken.values()))
 
 
 def test_an_inactive_step_starts_nothing_and_the_next_waits_for_its_lane():
     rec, pipeline = recorded_pipeline(2, 2, inactive={(1, 0)})
     pipeline.run()
-    assert ("lane0", "start", (1, 0), Collective.ALL_REDUCE) not in rec.log
+    assert not [entry for entry in rec.log if entry[1:3] == ("start", (1, 0))]
     waits = [entry[2] for entry in rec.log if entry[:2] == ("lane1", "wait")]
     assert waits[1][:2] == ("mark", "lane0")  # piece 1's step 1 waits for what lane 0 did for it (its local work)
 
