@@ -32,6 +32,7 @@ from p2synth.solver.report import render_single, render_workload
 from p2synth.solver.result import is_complete, result_json
 from p2synth.solver.search import LIST_ALL_LIMIT, Proof, VerificationError
 from p2synth.solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, quiet_one_host_windows, sweep, under_mpi
+from p2synth.solver.terminal import console
 from p2synth.solver.timeline import draw
 from p2synth.solver.spec import MAX_PLACEMENTS, MAX_STEPS_LIMIT, Problem, Spec, SpecError, load_problem
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     comm = _world() if under_mpi() else None
     rank0 = comm is None or comm.Get_rank() == 0
-    err = Console(stderr=True, highlight=False, soft_wrap=True, quiet=not rank0)
+    err = console(stderr=True, mpi=comm is not None, quiet=not rank0)
     try:
         code = _main(argv, err, comm)
     except KeyboardInterrupt:
@@ -162,7 +163,7 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         err.print(f"error: argument --placement: {args.placement} is out of range; this spec has {problem.placement_count} placement(s), 0..{problem.placement_count - 1}", markup=False)
         return EXIT_USAGE
     max_steps = args.max_steps or problem.spec.max_steps
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    out = console(mpi=comm is not None)  # plain text into a file and under mpirun: the same bytes either way
     try:
         result = run_sweep(problem, args, deadline, None if args.quiet else err, comm)
     except (VerificationError, RankFailed) as e:
@@ -188,7 +189,8 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
             return EXIT_USAGE
         print(source, end="")
     elif not args.quiet:
-        (render_workload if problem.is_workload else render_single)(out, problem, result, max_steps)
+        render = render_workload if problem.is_workload else render_single
+        render(out, problem, result, max_steps, hint=next_hint(args.out))
     if args.timeline:
         if args.placement >= len(result.placements):
             err.print(f"timeout: placement {args.placement} was not reached within --timeout {args.timeout:g} s; raise --timeout", markup=False)
@@ -200,6 +202,13 @@ def _main(argv: list[str] | None, err: Console, comm=None) -> int:
         err.print(_timeout_line(args.timeout, problem, result), markup=False)
         return EXIT_TIMEOUT
     return EXIT_OK
+
+
+def next_hint(out: str | None) -> str:
+    """The line under the first table: the next command, to save the plan or, once saved, to export it."""
+    if out is None:
+        return "next: save the plan with --out plan.json, then export it (docs/exports.md)"
+    return f"next: python -m solver.exports {out} --placement 0 --format torch"
 
 
 def _can_draw() -> None:
