@@ -137,7 +137,7 @@ def _table(*args):
 
 
 @pytest.mark.parametrize("doc,summaries", [
-    ("README.md", ["docs/accuracy/frozen/summary.json", "docs/accuracy/summary.json"]),
+    ("docs/accuracy/campaigns.md", ["docs/accuracy/frozen/summary.json", "docs/accuracy/summary.json"]),
     ("docs/accuracy/frozen/README.md", ["docs/accuracy/frozen/summary.json"]),
     ("docs/accuracy/README.md", ["docs/accuracy/summary.json"]),
     ("docs/accuracy/pipelined/README.md", ["docs/accuracy/pipelined/summary.json"]),
@@ -153,6 +153,16 @@ def test_the_docs_show_the_summaries_figures(doc, summaries):
     text = (ROOT / doc).read_text()
     for summary in summaries:
         assert _table(summary) in text, f"{doc}: the table of {summary} is not the one the summary gives"
+
+
+def test_the_readmes_headline_figures_are_the_frozen_campaigns():
+    """The README's one paragraph of accuracy figures says what docs/accuracy/frozen/summary.json says."""
+    s = json.loads((ROOT / "docs/accuracy/frozen/summary.json").read_text())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"measured-fastest program in {s['top1_strict']:.2f} of {s['cases']} held-out cases (always keeping the "
+            f"default: {s['top1_strict_always_default']:.2f})") in readme
+    assert s["tuner_oos_loss_5pct"] == 0 and f"none of the {s['tuner_oos_cases']} picks of `runtime.tune`" in readme
+    assert "[docs/accuracy/campaigns.md](docs/accuracy/campaigns.md)" in readme
 
 
 def test_the_breakdowns_in_the_docs_are_the_reports():

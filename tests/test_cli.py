@@ -412,12 +412,13 @@ def test_explicit_placements_are_not_counted_against_the_limit(tmp_path):
     assert [p["matrix"] for p in result["placements"]] == [identity]
 
 
-def test_readme_and_docstring_name_exactly_the_exit_codes_main_returns():
+def test_readme_usage_doc_and_docstring_name_exactly_the_exit_codes_main_returns():
     import p2synth.solver.run as solver_run
 
-    readme = (ROOT / "README.md").read_text()
-    paragraph = readme[readme.index("Exit codes:"):].split("\n\n")[0]
-    assert {int(c) for c in re.findall(r"`(\d+)`", paragraph)} == set(EXIT_CODES)
+    for doc in ("README.md", "docs/usage.md"):
+        text = (ROOT / doc).read_text()
+        paragraph = text[text.index("Exit codes:"):].split("\n\n")[0]
+        assert {int(c) for c in re.findall(r"`(\d+)`", paragraph)} == set(EXIT_CODES), doc
     doc = solver_run.__doc__
     docstring = doc[doc.index("Exit codes:"):]
     assert {int(c) for c in re.findall(r"(?:^|[;:] )(\d+) ", docstring.replace("\n", " "))} == set(EXIT_CODES)

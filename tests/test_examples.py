@@ -1,6 +1,7 @@
 """The bundled examples plan, and the README's reading of the first one holds."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,17 @@ def test_readme_first_example_shows_placement_spread_and_a_hierarchical_win(tmp_
     assert len(best_program["steps"]) > 1 and best_program["pipeline"] > 1  # hierarchical, and pipelined
     assert f"`{text} x{best_program['pipeline']} pieces`" in readme
     assert f"{grad['default']['cost_s'] / grad['best_s']:.2f}x faster than one" in readme
+
+
+def test_readme_shows_the_first_commands_first_table_as_printed_at_80_columns():
+    """The README's copy of the first table, its hint line included, is what the first command prints into a file."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "solver.run", "examples/gpt-3d-on-dgx-a100.json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    first = "\n".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("next: ")) + 1])
+    assert f"```text\n{first}\n```" in (ROOT / "README.md").read_text()
 
 
 def _flat(text: str) -> str:
