@@ -70,6 +70,7 @@ from p2synth.hierarchies.cli import (EXIT_USAGE, ArgumentParser, UsageError, cou
 from p2synth.hierarchies.plan_file import PlanFile, PlanFileError, load_plan_file
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.data import TaggedData, element_count, reduction_group
+from p2synth.runtime.devices import launcher_device
 from p2synth.runtime.job import EXIT_OK, EXIT_WRONG, require_out_folder
 from p2synth.runtime.plan import Selection, select
 from p2synth.runtime.provenance import RunStart
@@ -163,6 +164,10 @@ class Runners:
         fn = self.module.REQUESTS[function]
         return lambda x: reduce_bucket(x, fn, self.mesh, multiple, divisor)
 
+    def world(self) -> TorchWorld:
+        """The default group as runtime/measure.py times with it, its tensors on the backend's device."""
+        return TorchWorld(self.device)
+
     def synchronize(self) -> None:
         """Wait for the device (CUDA); nothing on the CPU."""
         if self.device == "cuda":
@@ -179,7 +184,7 @@ def connect(source: str, buckets: BucketPlan, backend: str, rank: int, world_siz
     if device == "cuda":
         import torch
 
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1))))
+        torch.cuda.set_device(launcher_device(os.environ, torch.cuda.device_count()))
     mesh = module.build_mesh(device)
     group_size = buckets.sizes[0].group_size
     return Runners(module, mesh, own_group(buckets, world_size, rank), group_size, device)
@@ -221,7 +226,7 @@ def time_candidates(task: SizeTask, runners: Runners, chosen: list[int], config:
     reduce = {i: runners.reduction(task.functions[i], task.multiples[i], n) for i in order}
     clocks = {i: CpuClock() for i in order}
     runs = [lambda i=i: clocks[i].run(lambda: reduce[i](buffers[i])) for i in order]
-    measured = interleaved(runs, runners.synchronize, TorchWorld(), config)
+    measured = interleaved(runs, runners.synchronize, runners.world(), config)
     by_index = dict(zip(order, measured))
     wrong = torch.tensor([int((buffers[i] != float(n)).sum()) for i in chosen], dtype=torch.int64, device=runners.device)
     dist.all_reduce(wrong)

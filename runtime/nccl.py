@@ -1,7 +1,7 @@
 """The CuPy backend: device buffers and NCCL collectives (``cupy.cuda.nccl``), one GPU per rank.
 
 The rank's position among the ranks of its node (``COMM_TYPE_SHARED``)
-picks the GPU (:func:`device_index`). Each group's NCCL unique id is made on
+picks the GPU (:func:`~p2synth.runtime.devices.device_index`). Each group's NCCL unique id is made on
 the group's root and broadcast over the group's MPI sub-communicator as the
 object CuPy made it (:func:`shared_unique_id`: bytes from CuPy 14, a tuple of
 128 ints before), which is what every member's ``NcclCommunicator`` takes.
@@ -32,6 +32,7 @@ from p2synth.hierarchies.cli import one_line
 from p2synth.hierarchies.program import Collective
 from p2synth.runtime.backend_kind import BackendKind, BackendUnavailable, CupyMissing
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
+from p2synth.runtime.devices import device_index
 
 IMPLICIT_ORDER_SINCE = 22600  # NCCL 2.26.0 as ncclGetVersion gives it: NCCL_LAUNCH_ORDER_IMPLICIT exists from there
 IMPLICIT_ORDER = "NCCL_LAUNCH_ORDER_IMPLICIT"
@@ -214,26 +215,6 @@ class StreamLane:
         self.stream.wait_event(pending)
 
 
-def device_index(local_rank: int, local_size: int, devices: int, visible: str | None) -> int:
-    """The CUDA device of the rank at `local_rank` of the `local_size` ranks of its node, which sees `devices` GPUs.
-
-    One GPU per rank: device `local_rank` when the node's ranks see a GPU
-    each; where the launcher gave each rank its own GPU (`visible`, the
-    rank's ``CUDA_VISIBLE_DEVICES``, set to one device: SLURM's
-    ``--gpus-per-task=1``, and many launchers), the one it sees, device 0
-    (were two ranks given the same GPU, NCCL refuses: "Duplicate GPU
-    detected"). BackendUnavailable otherwise.
-    """
-    if 0 <= local_rank < local_size <= devices:
-        return local_rank
-    if devices == 1 and visible:
-        return 0
-    raise BackendUnavailable(
-        f"cupy backend unavailable: {local_size} ranks on this node but {devices} GPU(s) visible to rank "
-        f"{local_rank}; it needs one GPU per rank (all visible to every rank, or one per rank by CUDA_VISIBLE_DEVICES)"
-    )
-
-
 def load_cupy() -> tuple[Any, Any, int]:
     """CuPy, its NCCL module and the number of CUDA devices.
 
@@ -269,7 +250,7 @@ def load_cupy() -> tuple[Any, Any, int]:
 
 
 class CupyBackend:
-    """Device buffers on this rank's GPU (:func:`device_index`), NCCL for communication, in one :class:`LaunchOrder`."""
+    """Device buffers on this rank's GPU (``device_index``), NCCL for communication, in one :class:`LaunchOrder`."""
 
     kind = BackendKind.CUPY
     reduce_scatter_by_exchange = False  # ncclReduceScatter is a ring already

@@ -93,7 +93,14 @@ def init_process_group(backend: str, ifname: str | None = None, master_addr: str
 
 class TorchWorld:
     """torch.distributed's default group seen as the MPI communicator runtime/measure.py times with: ``Barrier``,
-    ``Allreduce`` (maximum only) and ``Get_rank`` / ``Get_size``."""
+    ``Allreduce`` (maximum only) and ``Get_rank`` / ``Get_size``.
+
+    `device` is where its small tensors go: the job's GPU under NCCL ("cuda"), whose process groups have no CPU
+    backend ("No backend type associated with device type cpu"), "cpu" under gloo.
+    """
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
 
     def Barrier(self) -> None:  # noqa: N802  (MPI's spelling)
         """Wait for every rank."""
@@ -110,9 +117,9 @@ class TorchWorld:
 
         if op is not MPI.MAX:
             raise ValueError("TorchWorld.Allreduce takes the maximum only")
-        t = torch.from_numpy(np.ascontiguousarray(send, dtype=np.float64)).clone()
+        t = torch.tensor(np.asarray(send, dtype=np.float64).ravel().tolist(), dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        recv[...] = t.numpy()
+        recv[...] = np.asarray(t.tolist(), dtype=np.float64).reshape(recv.shape)
 
     def Get_rank(self) -> int:  # noqa: N802
         """This process's rank."""

@@ -24,12 +24,17 @@ modules run some steps differently on ``gloo``).
 ``install(world)`` returns the modules ``torch``, ``torch.distributed``,
 ``torch.cuda`` and ``torch.distributed.device_mesh`` to put into
 ``sys.modules`` while a generated module is imported.
+
+:class:`NcclLikeTorch` is another stand-in, for the DDP hook, its guard and the
+client tuner on one rank: process groups bound to a GPU that refuse a tensor on
+any other device, as NCCL's do, and record the thread of every collective.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -398,3 +403,175 @@ def install(world: World) -> dict[str, types.ModuleType]:
     torch.distributed.device_mesh = device_mesh
     return {"torch": torch, "torch.cuda": torch.cuda, "torch.distributed": torch.distributed,
             "torch.distributed.device_mesh": device_mesh}
+
+
+# -- a process group on one rank that acts as NCCL's: the DDP hook and the client tuner ----------------------------
+
+
+class DeviceTensor:
+    """A flat float tensor on a device ("cpu", "cuda:0", ...): what the hook and the tuner hand to collectives."""
+
+    def __init__(self, values: Any, device: str = "cpu"):
+        self.a = np.array(values, dtype=np.float64).reshape(-1)
+        self.device = device
+        self.is_cuda = device.startswith("cuda")
+
+    def numel(self) -> int:
+        return int(self.a.size)
+
+    def element_size(self) -> int:
+        return 4  # a float32 bucket's size
+
+    def div_(self, d: float) -> DeviceTensor:
+        self.a /= d
+        return self
+
+    def data_ptr(self) -> int:
+        return id(self)
+
+    def tolist(self) -> list:
+        return self.a.tolist()
+
+
+class NcclLikeTorch:
+    """A stand-in for torch on one rank whose process groups behave as NCCL's do for what the hook and tuner check.
+
+    * A group (``group(name)``) is bound to one device, `device`; ``dist.all_reduce`` refuses a tensor on any
+      other, a CPU tensor as torch does ("No backend type associated with device type cpu"), and records
+      ``(thread id, group name, op, async)`` in `calls` for every collective it runs (on one rank the sum
+      is the input).
+    * CUDA's ordering as far as the hook's timer sees it: a bucket's ready ``cuda.Event`` is done `compute_s`
+      after it is recorded (the backward compute of the bucket), ``Event.synchronize`` waits for that, and
+      ``current_stream().synchronize()`` waits for every event its stream was told to wait for.
+    * ``futures.Future`` completes from any thread; ``then`` runs its callback when the future completes.
+
+    ``modules()`` gives ``torch`` and ``torch.distributed`` for ``sys.modules``.
+    """
+
+    float64 = "float64"
+
+    def __init__(self, device: str = "cuda:0", compute_s: float = 0.0):
+        self.device, self.compute_s = device, compute_s
+        self.calls: list[tuple[int, str, str, bool]] = []
+        self.devices_set: list[str] = []
+        self._lock = threading.Lock()
+        self.futures = types.SimpleNamespace(Future=_Future)
+        self.cuda = self._cuda()
+        self.distributed = self._distributed()
+
+    def modules(self) -> dict[str, types.ModuleType]:
+        """What to put into sys.modules."""
+        torch = types.ModuleType("torch")
+        for name in ("float64", "futures", "cuda", "distributed", "tensor"):
+            setattr(torch, name, getattr(self, name))
+        return {"torch": torch, "torch.distributed": self.distributed, "torch.cuda": self.cuda}
+
+    def group(self, name: str) -> types.SimpleNamespace:
+        """A process group called `name` on this rank's device."""
+        return types.SimpleNamespace(name=name, device=self.device)
+
+    def tensor(self, values: Any, dtype: Any = None, device: str | None = None) -> DeviceTensor:
+        """torch.tensor: on `device` (the CPU if None, as torch's default)."""
+        return DeviceTensor(values, "cpu" if device is None else str(device))
+
+    def _distributed(self) -> types.SimpleNamespace:
+        def all_reduce(tensor, op=None, group=None, async_op=False):
+            if group is None:
+                group = self.group("world")
+            if tensor.device != group.device:
+                kind = tensor.device.split(":")[0]
+                raise RuntimeError(f"No backend type associated with device type {kind}" if kind != "cuda" else
+                                   f"Tensor on device {tensor.device} is not on the expected device {group.device}")
+            with self._lock:
+                self.calls.append((threading.get_ident(), group.name, "max" if op == "MAX" else "sum", async_op))
+            return types.SimpleNamespace(get_future=lambda: _Future.done([tensor])) if async_op else None
+
+        return types.SimpleNamespace(all_reduce=all_reduce, ReduceOp=types.SimpleNamespace(MAX="MAX"),
+                                     barrier=lambda: None)
+
+    def _cuda(self) -> types.SimpleNamespace:
+        compute_s = self.compute_s
+        streams = threading.local()
+
+        class Event:
+            def __init__(self):
+                self.ready_at = 0.0
+
+            def record(self):
+                self.ready_at = time.monotonic() + compute_s
+
+            def synchronize(self):
+                time.sleep(max(0.0, self.ready_at - time.monotonic()))
+
+        class Stream:
+            def __init__(self):
+                self.pending = 0.0
+
+            def wait_event(self, event):
+                self.pending = max(self.pending, event.ready_at)
+
+            def synchronize(self):
+                time.sleep(max(0.0, self.pending - time.monotonic()))
+
+        def current_stream():
+            if not hasattr(streams, "stream"):
+                streams.stream = Stream()
+            return streams.stream
+
+        return types.SimpleNamespace(Event=Event, current_stream=current_stream, is_available=lambda: True,
+                                     set_device=self.devices_set.append, synchronize=lambda: current_stream().synchronize())
+
+
+class _Future:
+    """torch.futures.Future's part the hook uses: set_result / set_exception from any thread, wait, value, then."""
+
+    def __init__(self, devices: Any = None):
+        self._done, self._value, self._error = threading.Event(), None, None
+        self._callbacks: list[Callable] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def done(cls, value: Any) -> _Future:
+        """A future that already holds `value`."""
+        future = cls()
+        future.set_result(value)
+        return future
+
+    def set_result(self, value: Any) -> None:
+        self._finish(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._finish(None, error)
+
+    def _finish(self, value: Any, error: BaseException | None) -> None:
+        with self._lock:
+            self._value, self._error = value, error
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def wait(self, timeout: float = 10.0) -> Any:
+        assert self._done.wait(timeout), "the future never completed"
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def value(self) -> Any:
+        return self.wait(0)
+
+    def then(self, callback: Callable) -> _Future:
+        chained = _Future()
+
+        def run(parent: _Future) -> None:
+            try:
+                chained.set_result(callback(parent))
+            except Exception as e:  # noqa: BLE001
+                chained.set_exception(e)
+
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(run)
+                return chained
+        run(self)
+        return chained

@@ -108,6 +108,8 @@ class _Future:
 class _Buffer:
     """A bucket's flat tensor stand-in that records its in-place division."""
 
+    is_cuda, device = False, "cpu"
+
     def __init__(self, nbytes: int):
         self.nbytes, self.divided_by = nbytes, None
 
@@ -211,7 +213,7 @@ class _Torch:
         self.distributed = types.SimpleNamespace(all_reduce=all_reduce, ReduceOp=types.SimpleNamespace(MAX="MAX"))
 
     @staticmethod
-    def tensor(values, dtype=None):
+    def tensor(values, dtype=None, device=None):
         import types
 
         return types.SimpleNamespace(tolist=lambda: list(values))

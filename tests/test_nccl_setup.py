@@ -12,7 +12,8 @@ from mpi4py import MPI
 import tests.fake_cupy as fake_cupy_module
 from p2synth.hierarchies import Collective
 from p2synth.runtime.backend_kind import BackendUnavailable
-from p2synth.runtime.nccl import IMPLICIT_ORDER, CupyBackend, LaunchOrder, device_index, launch_order
+from p2synth.runtime.devices import device_index, launcher_device
+from p2synth.runtime.nccl import IMPLICIT_ORDER, CupyBackend, LaunchOrder, launch_order
 from scripts.gpu_check import check_pipeline
 from tests.runtime_support import ROOT
 
@@ -146,3 +147,12 @@ def test_the_nccl_module_does_not_import_the_backends_module():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert "p2synth.runtime.backends" not in imported
+
+
+@pytest.mark.parametrize("env, devices, index", [
+    ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"}, 4, 3),
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "CUDA_VISIBLE_DEVICES": "6"}, 1, 0),
+    ({}, 2, 0),
+])
+def test_the_launchers_local_rank_picks_the_gpu(env, devices, index):
+    assert launcher_device(env, devices) == index

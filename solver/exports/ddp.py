@@ -22,10 +22,12 @@ imported only when a hook is attached. docs/exports.md describes the hook.
 
 A size whose planned program is DDP's own all-reduce (the client tuner keeps
 it where no program beats it) runs as DDP's own all-reduce hook runs it: the
-bucket divided, then one asynchronous ``dist.all_reduce`` started on the
-calling thread, on a process group of the hook's own, with no worker thread
-and no guard trials (there is nothing to choose between). The hook then costs
-what DDP's Python all-reduce hook costs.
+bucket divided, then one asynchronous ``dist.all_reduce`` on a process group of
+the hook's own, with no guard trials (there is nothing to choose between):
+started on the calling thread for a CPU bucket (gloo), so the hook costs what
+DDP's Python all-reduce hook costs; on the worker thread for a GPU bucket
+(NCCL), which must issue every collective of the device from one thread, in
+one order on every rank (:class:`PlanHook`).
 
 With ``guard=True`` (the default) the hook guards itself
 (:mod:`solver.exports.guard`): for the first buckets of each size it alternates
@@ -34,7 +36,8 @@ own), then keeps the faster on every rank, agreed from the slowest rank's times,
 and logs the decision once per size. A plan tuned for another backend then
 costs a few buckets, never the training run: where the guard keeps DDP's
 all-reduce, the size's later buckets run it as a size whose pick is DDP's
-all-reduce does, on the calling thread.
+all-reduce does. A trial times the reduction alone: on a GPU the worker waits
+for the bucket's gradients before it starts the clock.
 """
 
 from __future__ import annotations
@@ -164,9 +167,16 @@ class PlanHook:
     """The hook :func:`p2synth_hook` returns: ``hook(state, bucket)`` queues the bucket and returns its Future.
 
     `state` is what to register it with (None: the hook keeps its own state); `reduced` counts the
-    buckets reduced so far, `direct` those of them that ran DDP's own all-reduce on the calling thread (the sizes
-    of `direct`'s set, and the sizes for which the guard kept it, after their trials; on `direct`'s group);
+    buckets reduced so far, `direct` those of them that ran DDP's own all-reduce untried (the sizes of `direct`'s
+    set, and the sizes for which the guard kept it, after their trials; on `direct`'s group);
     :meth:`decisions` says what the guard kept; :meth:`close` stops the worker thread.
+
+    One thread per device: every collective of a bucket on a GPU (NCCL) is issued by the worker thread, in the
+    order DDP hands the buckets over, the same on every rank. NCCL's user guide: "it is not safe to issue
+    operations in parallel to independent communicators on the same device from several threads", and "users must
+    ensure the order of host-side launches matches for all devices". Buckets on the CPU (gloo) run DDP's
+    all-reduce from the calling thread (:meth:`runs_on_caller`), as DDP's own hook does: gloo's groups do not
+    share a device queue, and the worker's hand-off cost that path 1-6% (docs/exports.md).
     """
 
     state = None
@@ -175,7 +185,7 @@ class PlanHook:
                  guard: tuple[Guard, Any] | None = None, direct: tuple[frozenset[int], Any] = (frozenset(), None)):
         self.plan = plan
         self.reduced = self.direct = 0
-        self._counting = threading.Lock()  # the worker and gloo's callback threads both count reduced buckets
+        self._counting = threading.Lock()  # the worker and the backend's callback threads both count reduced buckets
         self._direct_sizes, self._direct_group = direct
         self._guard, self._guard_group = guard if guard is not None else (None, None)
         self.__name__ = self.__qualname__ = "p2synth_hook"  # DDP reads a hook's names, as of a function
@@ -188,12 +198,12 @@ class PlanHook:
         self._worker.start()
 
     def __call__(self, state, bucket):  # DDP checks that a parameter is called `bucket`, and any annotations
-        """Queue `bucket` for the worker (or, for a size that runs DDP's all-reduce, start it here); the returned
-        Future completes with the reduced bucket."""
+        """Queue `bucket` for the worker (or, for a CPU bucket of a size that runs DDP's all-reduce, start it here);
+        the returned Future completes with the reduced bucket."""
         buffer = bucket.buffer()
         nbytes = buffer.numel() * buffer.element_size()
         sized = self.choose(nbytes)
-        if sized.message_bytes in self._direct_sizes or self._kept_default(nbytes):  # as DDP's own hook runs it
+        if self.runs_on_caller(buffer, sized):  # as DDP's own hook runs it
             work = ddp_all_reduce(buffer, self._direct_group, self._divisor, async_op=True)
             return work.get_future().then(self._done_direct)
         import torch
@@ -206,10 +216,16 @@ class PlanHook:
         self._jobs.put((buffer, sized, future, ready))
         return future
 
-    def _kept_default(self, nbytes: int) -> bool:
-        """Whether a guarded bucket of `nbytes` bytes runs DDP's all-reduce on the calling thread: it comes after its
-        size's trial buckets (counted, so the same bucket on every rank) and the guard kept DDP's all-reduce. Such a
-        bucket waits for the decision (the worker takes it once the trial buckets are reduced)."""
+    def runs_on_caller(self, buffer: Any, sized: SizedProgram) -> bool:
+        """Whether `buffer` runs DDP's all-reduce on the calling thread: a CPU bucket (gloo) of a size whose pick is
+        DDP's all-reduce, or that comes after its size's trial buckets where the guard kept it (counted, so the
+        same bucket on every rank; such a bucket waits for the decision, which the worker takes once the trial
+        buckets are reduced). Buckets on a GPU never do: the worker issues all their collectives."""
+        if buffer.is_cuda:
+            return False
+        if sized.message_bytes in self._direct_sizes:
+            return True
+        nbytes = buffer.numel() * buffer.element_size()
         if self._guard is None or not self._guard.call(nbytes):
             return False
         self._decision(nbytes).wait()
@@ -263,8 +279,8 @@ class PlanHook:
             try:
                 if ready is not None:
                     torch.cuda.set_device(buffer.device)
-                    torch.cuda.current_stream().wait_event(ready)
-                self._reduce(buffer, sized)
+                if self._reduce(buffer, sized, ready, future):
+                    continue  # an asynchronous all-reduce completes the Future
                 with self._counting:
                     self.reduced += 1
                 future.set_result(buffer)
@@ -274,23 +290,31 @@ class PlanHook:
                     event.set()
                 future.set_exception(e)
 
-    def _reduce(self, buffer: Any, sized: SizedProgram) -> None:
-        """Average `buffer` with the plan's program, or, as the guard says, DDP's all-reduce, timing its trials."""
-        if self._guard is None:
-            reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
-            return
+    def _reduce(self, buffer: Any, sized: SizedProgram, ready: Any, future: Any) -> bool:
+        """Average `buffer` with the plan's program, or, as the plan or the guard says, DDP's all-reduce, timing the
+        guard's trials; True where an asynchronous all-reduce was started that completes `future` itself."""
         nbytes = buffer.numel() * buffer.element_size()
+        on_trial = self._guard is not None and sized.message_bytes not in self._direct_sizes and self._guard.kept(nbytes) is None
+        if not on_trial:
+            if ready is not None:
+                _current_stream().wait_event(ready)
+            if sized.message_bytes in self._direct_sizes or (self._guard is not None and self._guard.kept(nbytes) is Reduction.DEFAULT):
+                self._direct_on_worker(buffer, future)
+                return True
+            reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
+            return False
         ran = self._guard.next(nbytes)
+        if ready is not None:  # the trial times the reduction alone, not the backward compute of the bucket
+            ready.synchronize()
+            _current_stream().wait_event(ready)
         start = time.perf_counter()
         if ran is Reduction.PLAN:
             reduce_bucket(buffer, self._functions[sized.name], self._mesh, sized.multiple, self._divisor)
         else:
             ddp_all_reduce(buffer, self._guard_group, self._divisor)
         if buffer.is_cuda:
-            import torch
-
-            torch.cuda.current_stream().synchronize()
-        kept = self._guard.record(nbytes, ran, time.perf_counter() - start, self._slowest)
+            _current_stream().synchronize()
+        kept = self._guard.record(nbytes, ran, time.perf_counter() - start, lambda local: self._slowest(local, buffer.device))
         if kept is not None:
             self._decision(nbytes).set()
             record = self._guard.decisions()[nbytes]
@@ -298,15 +322,36 @@ class PlanHook:
                      "plan %.4g ms, DDP's all-reduce %.4g ms)", f"{nbytes:,}",
                      "the plan's program" if kept is Reduction.PLAN else "DDP's own all-reduce", record["trials"],
                      record["plan_median_s"] * 1e3, record["default_median_s"] * 1e3)
+        return False
 
-    def _slowest(self, local: list[float]) -> list[float]:
-        """The elementwise maximum of `local` over the reduction group (the guard's agreement; collective)."""
+    def _direct_on_worker(self, buffer: Any, future: Any) -> None:
+        """Start DDP's all-reduce of `buffer` on the direct group (asynchronous); its completion completes `future`."""
+        work = ddp_all_reduce(buffer, self._direct_group, self._divisor, async_op=True)
+
+        def done(finished: Any) -> None:
+            try:
+                future.set_result(self._done_direct(finished))
+            except Exception as e:  # noqa: BLE001  (the all-reduce failed: DDP raises it from the Future)
+                future.set_exception(e)
+
+        work.get_future().then(done)
+
+    def _slowest(self, local: list[float], device: Any) -> list[float]:
+        """The elementwise maximum of `local` over the reduction group (the guard's agreement; collective), through
+        a tensor on the bucket's `device`: under NCCL the guard's group has no CPU backend."""
         import torch
         import torch.distributed as dist
 
-        times = torch.tensor(local, dtype=torch.float64)
+        times = torch.tensor(local, dtype=torch.float64, device=device)
         dist.all_reduce(times, op=dist.ReduceOp.MAX, group=self._guard_group)
         return times.tolist()
+
+
+def _current_stream() -> Any:
+    """The calling thread's current CUDA stream."""
+    import torch
+
+    return torch.cuda.current_stream()
 
 
 def ddp_all_reduce(buffer: Any, group: Any, divisor: int, async_op: bool = False) -> Any:
