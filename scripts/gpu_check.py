@@ -204,10 +204,20 @@ def one_device_plan(collective: Collective) -> dict:
     }
 
 
+def bench(argv: list[str]) -> int:
+    """``runtime.bench`` ARGV in this process, its exit status; an exception is raised here. ``runtime.bench``'s own
+    entry point aborts the MPI job on an exception (every rank must end), which would end this process before it
+    prints its FAILED line."""
+    from p2synth.runtime import bench as command
+    from p2synth.runtime.job import EXIT_USAGE as BENCH_USAGE, start_command
+
+    world = MPI.COMM_WORLD
+    started = start_command(world, argv, command.parse_args, command.prepare)
+    return BENCH_USAGE if started is None else command._bench(*started, world, data=command.tagged_data)
+
+
 def check_bench(folder: Path) -> int:
     """runtime.bench --backend cupy on the one-device plan of every collective; returns the number of plans exact."""
-    from p2synth.runtime.bench import main as bench
-
     for collective in Collective:
         plan, out = folder / f"{collective.value}.json", folder / f"{collective.value}.out.json"
         plan.write_text(json.dumps(one_device_plan(collective)))

@@ -115,3 +115,39 @@ def test_bad_arguments_are_one_line_and_exit_2(capsys):
 
     assert main(["--seed", "x"]) == 2
     assert capsys.readouterr().err == "error: argument --seed: invalid int value: 'x'\n"
+
+
+NO_NVRTC = ("import cupy\ndef nvrtc(): raise RuntimeError('CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
+            "cannot open shared object file: No such file or directory')\ncupy.cuda.nvrtc.getVersion = nvrtc\n")
+
+
+def test_a_cupy_without_nvrtc_is_a_broken_setup_not_a_wrong_result():
+    """Issue 46: without a CUDA toolkit or the NVRTC wheel, CuPy's first kernel failed on libnvrtc.so.12 inside the
+    buffer check, which reported a wrong result (exit 1). It is a broken setup (exit 3) naming the wheel."""
+    job = run(["-c", WITH_FAKE.format(None, "last", NO_NVRTC)])
+    assert job.returncode == 3, job.stdout + job.stderr
+    [line] = job.stdout.splitlines()
+    assert line == ("gpu_check: FAILED: cupy backend unavailable: CuPy is installed but cannot load NVRTC, which "
+                    "compiles its kernels (RuntimeError: CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
+                    "cannot open shared object file: No such file or directory); install the gpu extra "
+                    "(pip install 'p2synth[gpu]': nvidia-cuda-nvrtc-cu12)")
+
+
+BENCH_RAISES = ("import p2synth.runtime.bench as b\n"
+                "def sweep(*a, **k): raise RuntimeError('ncclUnhandledCudaError: a CUDA call failed')\nb.sweep = sweep\n")
+
+
+def test_an_exception_inside_the_bench_is_one_failed_line_not_an_mpi_abort():
+    """Issue 46: runtime.bench's entry point aborts the MPI job on an exception, which ended gpu_check before it
+    printed its FAILED line (only a traceback on stderr). The bench now runs without that guard."""
+    job = run(["-c", WITH_FAKE.format(None, "last", BENCH_RAISES)])
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert job.stdout.splitlines() == ["gpu_check: FAILED: bench: RuntimeError: ncclUnhandledCudaError: a CUDA call failed"]
+
+
+@pytest.mark.parametrize("version", [13, 14])
+def test_every_check_passes_on_the_nccl_signatures_of_cupy(version):
+    job = run(["-c", f"import sys, tests.fake_cupy as f; f.install(version={version}); "
+                     "from scripts.gpu_check import main; sys.exit(main())"])
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.stdout.startswith(f"gpu_check: ok: fake GPU (numpy), CuPy {version} (fake), NCCL 23203: ")
