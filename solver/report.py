@@ -112,8 +112,9 @@ def render_single(console: Console, problem: Problem, plan: SweepResult, max_ste
     show(console, grid)
 
 
-def workload_grid(problem: Problem, plan: SweepResult, max_steps: int, rows: int = 10) -> Grid:
-    """The top placements with per-request step times (the trade-off), placement under each row."""
+def workload_grid(problem: Problem, plan: SweepResult, max_steps: int, rows: int = 10, width: int = 80) -> Grid:
+    """The top placements with per-request step times (the trade-off), placement under each row. Where a column per
+    request does not fit `width`, each request's time goes on a line of its own under the placement instead."""
     shown = plan.placements[:rows]
     unit = time_unit(t for p in shown for t in (p.default_total_s, *(r.step_s for r in p.requests)))
     title = (f"workload of {len(problem.requests)} requests on {problem.hierarchy.name} ({problem.hierarchy.describe()}), "
@@ -121,16 +122,23 @@ def workload_grid(problem: Problem, plan: SweepResult, max_steps: int, rows: int
              f"(count x best) in {unit[0]}")
     if problem.spec.step is not None:
         title += "; placements in step-time order"
-    columns = [Column("#")] + [Column(f"{n.name}\n{n.count} x {fmt_bytes(n.message_bytes)}") for n in problem.requests]
-    columns += [Column(c) for c in ("total", "all defaults", "speedup", "bound", "of bound")] + [Column("optimal", left=True)]
-    grid = Grid(title, columns)
+    sizes = [f"{n.count} x {fmt_bytes(n.message_bytes)}" for n in problem.requests]
+    totals = [Column(c) for c in ("total", "all defaults", "speedup", "bound", "of bound")] + [Column("optimal", left=True)]
+    wide = Grid(title, [Column("#")] + [Column(f"{n.name}\n{size}") for n, size in zip(problem.requests, sizes)] + totals)
+    narrow = Grid(title, [Column("#")] + totals)
     for i, p in enumerate(shown):
         speedup = p.default_total_s / p.total_s if p.total_s > 0 else 1.0
         bound = p.bound_total_s
-        cells = [str(i), *(in_unit(r.step_s, unit) for r in p.requests), in_unit(p.total_s, unit),
-                 in_unit(p.default_total_s, unit), f"{speedup:.2f}x", in_unit(bound, unit),
-                 of_bound_text(p.total_s / bound if bound > 0 else None), _proof(p.optimal, not p.optimal)]
-        grid.rows.append(Row(tuple(cells), (placement_line(p.placement),)))
+        cells = (in_unit(p.total_s, unit), in_unit(p.default_total_s, unit), f"{speedup:.2f}x", in_unit(bound, unit),
+                 of_bound_text(p.total_s / bound if bound > 0 else None), _proof(p.optimal, not p.optimal))
+        times = tuple(in_unit(r.step_s, unit) for r in p.requests)
+        wide.rows.append(Row((str(i), *times, *cells), (placement_line(p.placement),)))
+        narrow.rows.append(Row((str(i), *cells), (placement_line(p.placement),
+                                                   tuple(f"{n.name} {t}" for n, t in zip(problem.requests, times)))))
+    grid = wide if wide.fits(width) else narrow
+    if grid is narrow:
+        grid.notes.append("under each placement, every request's time: " + ", ".join(
+            f"{n.name} {size}".replace(" ", NO_BREAK) for n, size in zip(problem.requests, sizes)))
     grid.notes += _more(plan, rows)
     return grid
 
@@ -161,7 +169,7 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
     """Print a workload's tables: the step-time table first where the spec has a ``step``, then the per-request
     trade-off, then placement 0's programs; `hint` (the next command) under the first table."""
     grids = [step_grid(problem, plan, rows)] if problem.spec.step is not None else []
-    grids.append(workload_grid(problem, plan, max_steps, rows))
+    grids.append(workload_grid(problem, plan, max_steps, rows, console.width))
     if plan.placements:
         grids.append(programs_grid(problem, plan))
     grids[0].notes += [hint] if hint else []

@@ -35,12 +35,18 @@ class Row:
 
 @dataclass
 class Grid:
-    """A titled table; `notes` are lines printed under it (what it assumed, the next command)."""
+    """A titled table; `notes` are lines printed under it (what it assumed, the next command), each folded as a
+    row's text is where it is longer than the width."""
 
     title: str
     columns: list[Column]
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def fits(self, width: int) -> bool:
+        """Whether the rows' cells fit `width` columns, headers folded as far as they go."""
+        widths, gap = _layout(self.columns, self.rows, width)
+        return sum(widths) + gap * (len(widths) - 1) <= width
 
     def render(self, width: int) -> list[tuple[str, str]]:
         """The table as ``(style, text)`` lines for `width` columns: style ``"bold"`` for the header, ``"italic"`` for
@@ -58,7 +64,7 @@ class Grid:
             out.append(("", _join(self.columns, row.cells, widths, gap)))
             for segments in row.lines:
                 out += [("", (" " * indent + text).rstrip()) for text in fold(segments, width - indent)]
-        out += [("", note) for note in self.notes]
+        out += [("", line) for note in self.notes for line in fold((note,), width)]
         return out
 
 

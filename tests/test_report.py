@@ -97,3 +97,17 @@ def test_under_mpirun_rank_0_prints_the_bytes_a_serial_run_prints(tmp_path):
     assert job.returncode == 0, job.stderr[-3000:]
     text = (tmp_path / "mpi.txt").read_text()
     assert text == (tmp_path / "serial.txt").read_text() and "\x1b" not in text
+
+
+def test_a_workload_too_wide_for_a_column_per_request_puts_their_times_under_each_placement(monkeypatch, tmp_path):
+    """Five requests do not fit 80 columns side by side: each placement's line is followed by its requests' times."""
+    monkeypatch.chdir(tmp_path)
+    text = _printed(ROOT / "examples" / "moe-on-dgx-h100.json", 80, monkeypatch, "--out", "plan.json")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    for p in plan["placements"]:
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(p["description"]))
+        breakdown = " ".join(lines[at + 1:at + 3])
+        assert all(f"{r['name']} {r['step_s'] * 1e3:.2f}" in breakdown for r in p["requests"]), breakdown
+    assert any(line.startswith("under each placement, every request's time: token_dispatch 48 x 8 MiB") for line in lines)
