@@ -100,6 +100,15 @@ ActionPlan = StepPlan | RepackPlan
 
 
 @dataclass(frozen=True)
+class GroupPlan:
+    """A named group of the module's ``groups()``: an axis (its name) or a request (its function's name), and the
+    mesh dimensions it spans, in mesh order (members numbered row-major over them, as the frameworks number them)."""
+
+    name: str
+    dims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RequestPlan:
     """A request ready to render: identifier, description, starting buffer layout, and its steps and repacks."""
 
@@ -137,6 +146,7 @@ class ModulePlan:
     placement: str
     dims: tuple[MeshDim, ...]
     requests: tuple[RequestPlan, ...]
+    groups: tuple[GroupPlan, ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -158,6 +168,11 @@ class ModulePlan:
                     seen.setdefault(step.dims)
         return tuple(seen)
 
+    @property
+    def flat_groups(self) -> bool:
+        """Whether the module makes a group over several mesh dimensions (a step's slice or a named group)."""
+        return bool(self.multi_dim_slices) or any(len(g.dims) > 1 for g in self.groups)
+
     def uses(self, op: Collective) -> bool:
         """Whether any step of any request is `op`."""
         return any(step.op is op for req in self.requests for step in req.steps)
@@ -176,7 +191,7 @@ class ModulePlan:
 # Names a generated module defines or imports (besides Python's builtins, which its helpers
 # use), which a request function must not shadow. Private helpers start with "_".
 RESERVED_NAMES = frozenset(
-    {"build_mesh", "on_mesh", "REQUESTS", "MESH_SHAPE", "MESH_DIM_NAMES", "MESH_AXIS_NAMES", "MULTI_DIM_SLICES",
+    {"build_mesh", "on_mesh", "groups", "GROUPS", "REQUESTS", "MESH_SHAPE", "MESH_DIM_NAMES", "MESH_AXIS_NAMES", "MULTI_DIM_SLICES",
      "math", "np", "jax", "jnp", "lax", "torch", "dist", "init_device_mesh", "Mesh", "PartitionSpec"}
 )
 
@@ -327,4 +342,23 @@ def plan_module(
         placement=placement.describe(),
         dims=mesh_dims(placement),
         requests=tuple(planned),
+        groups=named_groups(placement, items, names),
     )
+
+
+def named_groups(placement: Placement, items: list[ExportRequest], names: list[str]) -> tuple[GroupPlan, ...]:
+    """The groups a module names: each axis that spans a cell (declared order), then each request by its
+    function's name (`names`), over its reduced cells. A request named like an axis over other cells is
+    ``NAME_request``."""
+    def dims(cells: list[Cell]) -> tuple[str, ...]:
+        return dim_names(placement, MemberOrder.MESH.of(tuple(cells)))
+
+    axes = {a.name: dims([c for c in placement.cells if c.axis == i]) for i, a in enumerate(placement.axes)}
+    out = [GroupPlan(name, d) for name, d in axes.items() if d]
+    for name, item in zip(names, items, strict=True):
+        reduced = dims(list(item.request.reduced_cells(placement)))
+        if axes.get(name, reduced) != reduced:
+            name = f"{name}_request"
+        if name not in axes:
+            out.append(GroupPlan(name, reduced))
+    return tuple(out)

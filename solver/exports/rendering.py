@@ -188,6 +188,12 @@ def requests_table(plan: ModulePlan) -> list[str]:
     return ["# Request functions by the names they were exported under.", "REQUESTS = {", *rows, "}"]
 
 
+def groups_table(plan: ModulePlan, what: str) -> list[str]:
+    """The ``GROUPS`` dict: each axis's and each request's mesh dims (mesh order), which `what` are made over."""
+    rows = [f"    {json.dumps(g.name)}: {py_strings(g.dims)}," for g in plan.groups]
+    return [f"# {what} per axis and per request: the mesh dims each spans, in mesh order.", "GROUPS = {", *rows, "}"]
+
+
 def helper_lines(snippets: list[str]) -> list[str]:
     """Helper sources as module lines, each with the blank lines PEP 8 puts around a function."""
     return [line for text in snippets for line in ["", *text.strip("\n").split("\n"), ""]]

@@ -8,7 +8,8 @@ index is ``r`` (see :mod:`solver.exports.planning`). One function per request,
 ``lax.psum_scatter``, ``lax.all_gather``, ``lax.all_to_all`` and (a
 send_recv's shift, member ``i`` to ``i + 1``) ``lax.ppermute`` over tuples
 of axis names;
-``on_mesh(fn, mesh)`` wraps one for a global array. A pipelined program runs
+``on_mesh(fn, mesh)`` wraps one for a global array. ``GROUPS`` names the mesh
+axes of each axis and each request, for ``axis_name=`` and ``PartitionSpec``. A pipelined program runs
 as a loop over its pieces inside ``shard_map``, cut as the runtime cuts them
 and traced in the runtime's wavefront order.
 
@@ -26,7 +27,7 @@ from p2synth.hierarchies.program import Collective
 from p2synth.solver.exports.choice import ExportFormat
 from p2synth.solver.exports.planning import ActionPlan, ExportRequest, ModulePlan, RequestPlan, StepPlan, plan_module
 from p2synth.solver.exports.rendering import (
-    WAVEFRONT, header, helper_lines, py_strings, request_function, requests_table,
+    WAVEFRONT, groups_table, header, helper_lines, py_strings, request_function, requests_table,
 )
 
 
@@ -186,9 +187,11 @@ def render_jax(plan: ModulePlan) -> str:
         "mesh = build_mesh()",
         f"out = on_mesh({first}, mesh)(x)  # x: device r's block is the r-th block of dim 0",
         f"# or call {first}(block) inside your own shard_map over this mesh",
+        "GROUPS[name]  # the mesh axes of an axis or a request, e.g. PartitionSpec(GROUPS[\"data\"])",
     )
     lines = header(plan, "JAX (Mesh, shard_map)", usage) + ["", *_imports(plan), ""]
     lines += [f"MESH_SHAPE = {plan.shape!r}", f"MESH_AXIS_NAMES = {py_strings(plan.dim_names)}", ""]
+    lines += groups_table(plan, "Mesh axes (for axis_name= and PartitionSpec)") + [""]
     lines += _MESH_FUNCTIONS.rstrip("\n").split("\n") + [""] + _helpers(plan)
     for req in plan.requests:
         lines += ["", *_request_function(req), ""]

@@ -8,11 +8,15 @@ its program with ``torch.distributed`` collectives and returns what the plain
 collective over the whole reduction group would (a send_recv's shift, member
 ``i`` to ``i + 1`` of its group: one ``dist.batch_isend_irecv``). A pipelined program runs on
 its pieces as the runtime's wavefront, every step started with
-``async_op=True`` and waited for before the piece's next step.
+``async_op=True`` and waited for before the piece's next step. ``groups(mesh)``
+gives one process group per axis and per request (``GROUPS`` names the mesh
+dimensions each spans), such as the tensor-parallel group and DDP's
+data-parallel group.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +25,7 @@ from p2synth.hierarchies.program import Collective
 from p2synth.solver.exports.choice import ExportFormat
 from p2synth.solver.exports.planning import ActionPlan, ExportRequest, ModulePlan, RequestPlan, StepPlan, plan_module
 from p2synth.solver.exports.rendering import (
-    WAVEFRONT, header, helper_lines, py_strings, request_function, requests_table,
+    WAVEFRONT, groups_table, header, helper_lines, py_strings, request_function, requests_table,
 )
 
 
@@ -58,6 +62,26 @@ def _flat_group(mesh, dims):
     rows = mesh.mesh.movedim(axes, tail).reshape(-1, size)
     group, _ = dist.new_subgroups_by_enumeration(rows.tolist())
     return group
+'''
+
+_GROUPS = '''
+def groups(mesh):
+    """One process group per axis and per request, by name (GROUPS: the mesh dims each spans).
+
+    groups(mesh)["tensor"] is this rank's tensor-parallel group; groups(mesh)["data"] is the
+    data-parallel group to hand DDP (process_group=...). A group numbers its members in rank
+    order, row-major over its mesh dims. Collective: call it on every rank after build_mesh(); the
+    groups over several mesh dims are made on the first call for `mesh` and kept.
+    """
+    if _NAMED_GROUPS.get("mesh") is not mesh:
+        made = {}
+        for dims in dict.fromkeys(GROUPS.values()):
+            if len(dims) == 1:
+                made[dims] = mesh.get_group(dims[0])
+            else:
+                made[dims] = _FLAT_GROUPS.get(dims) or _flat_group(mesh, dims)
+        _NAMED_GROUPS.update(mesh=mesh, groups={name: made[dims] for name, dims in GROUPS.items()})
+    return dict(_NAMED_GROUPS["groups"])
 '''
 
 _PIPELINED = '''
@@ -247,7 +271,7 @@ def _helpers(plan: ModulePlan) -> list[str]:
     chosen = [_CHUNKED] if any(r.steps and not r.pipelined for r in plan.requests) else []
     if plan.pipelined:
         chosen += [WAVEFRONT, _PIPELINED]
-    if plan.multi_dim_slices:
+    if plan.flat_groups:
         chosen.append(_FLAT_GROUP)
     if plan.uses(Collective.REDUCE_SCATTER):
         chosen.append(_REDUCE_SCATTER)
@@ -285,16 +309,19 @@ def _compat(plan: ModulePlan) -> list[str]:
 
 
 def _slices(plan: ModulePlan) -> list[str]:
-    """The table of multi-dim slices, whose groups build_mesh creates (nothing if there are none)."""
+    """The table of multi-dim slices, whose groups build_mesh creates, and the named groups of ``groups()``."""
+    lines = ["", *groups_table(plan, "Process groups (groups(mesh))"), "_NAMED_GROUPS = {}"]
+    if plan.flat_groups:
+        lines.append("_FLAT_GROUPS = {}")
     if not plan.multi_dim_slices:
-        return []
+        return lines
     return [
         "",
         "# Slices that span several mesh dims: build_mesh() creates their process groups.",
         "MULTI_DIM_SLICES = (",
         *[f"    {py_strings(d)}," for d in plan.multi_dim_slices],
         ")",
-        "_FLAT_GROUPS = {}",
+        *lines,
     ]
 
 
@@ -306,10 +333,13 @@ def render_torch(plan: ModulePlan) -> str:
         'dist.init_process_group("nccl")  # or "gloo" on CPU; one process per device',
         "mesh = build_mesh()",
         f"out = {first}(tensor, mesh)",
+        f"group = groups(mesh)[{json.dumps(plan.groups[0].name if plan.groups else first)}]"
+        "  # a process group per axis and per request (GROUPS)",
     )
     lines = header(plan, "PyTorch (torch.distributed, DeviceMesh)", usage) + ["", *_imports(plan), ""]
     lines += [f"MESH_SHAPE = {plan.shape!r}", f"MESH_DIM_NAMES = {py_strings(plan.dim_names)}"]
     lines += _compat(plan) + _slices(plan) + ["", "", *_build_mesh(plan), ""] + _helpers(plan)
+    lines += ["", *_GROUPS.strip("\n").split("\n"), ""]
     for req in plan.requests:
         lines += ["", *_request_function(req), ""]
     return "\n".join(lines + ["", *requests_table(plan)]) + "\n"
