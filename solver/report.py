@@ -14,6 +14,7 @@ from rich.text import Text
 
 from p2synth.hierarchies.bound import of_bound_text
 from p2synth.hierarchies.placement import Placement
+from p2synth.solver.gradients import bucket_notes
 from p2synth.solver.planner import SweepResult
 from p2synth.solver.spec import Problem
 from p2synth.solver.textgrid import NO_BREAK, Column, Grid, Row
@@ -172,6 +173,7 @@ def render_workload(console: Console, problem: Problem, plan: SweepResult, max_s
     grids.append(workload_grid(problem, plan, max_steps, rows, console.width))
     if plan.placements:
         grids.append(programs_grid(problem, plan))
+    grids[0].notes += bucket_notes(problem.spec.workload or [], problem.spec.step is not None)
     grids[0].notes += [hint] if hint else []
     for grid in grids:
         show(console, grid)
