@@ -72,8 +72,9 @@ def _failed(tb: Testbed, entry: dict, error: BaseException, log: Callable[[str],
 
 
 def read_raws(paths: list[Path], check: Callable[[dict], object]) -> dict:
-    """The raw documents at `paths` as one (their testbeds in order), each passed to `check` (its rows) first;
-    UsageError naming the first that is unreadable."""
+    """The raw documents at `paths` as one (their testbeds in order, each with its file's ``checkout``, ``commit``,
+    ``started`` and ``finished`` as ``document``), each passed to `check` (its rows) first; UsageError naming the
+    first that is unreadable."""
     testbeds = []
     for path in paths:
         try:
@@ -81,7 +82,8 @@ def read_raws(paths: list[Path], check: Callable[[dict], object]) -> dict:
             check(raw)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"cannot read raw measurements {path}: {one_line(e)}") from None
-        testbeds += raw["testbeds"]
+        provenance = {k: raw.get(k) for k in ("checkout", "commit", "started", "finished")}
+        testbeds += [{**tb, "document": provenance} for tb in raw["testbeds"]]  # each testbed keeps its file's commit
     return {"testbeds": testbeds}
 
 

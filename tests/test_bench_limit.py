@@ -144,9 +144,21 @@ def test_from_raw_prints_the_tables_and_writes_markdown(tmp_path):
     assert node == ["4x2-1gbit", "node", "0.125", "0.12", "0.12", "0.6", "40", "0.960"]
     assert core == ["4x2-1gbit", "core", "10 (guess)", "4", "-", "-", "3", "-"]
     (ar, a2a) = [[c.strip() for c in line.strip("|").split("|")] for line in verdict.splitlines()[2:]]
-    assert ar == ["all_reduce", "4x2-1gbit", "RS(data@core) -> AR(data@node) -> AG(data@core)", "1600.0 [1568.0, 1648.0]",
-                  "838.9", "1.907x [1.869, 1.964]", "1.99x", "no"]
-    assert a2a[:3] == ["all_to_all", "4x2-1gbit", "failed"] and a2a[-1] == "no"
+    # one session's best-of-many: the fastest of its 3 exact programs; the raw file recorded no commit or start
+    assert ar == ["all_reduce", "4x2-1gbit", "3", "RS(data@core) -> AR(data@node) -> AG(data@core)",
+                  "1600.0 [1568.0, 1648.0]", "838.9", "1.907x [1.869, 1.964]", "1.99x", "no", "no commit recorded"]
+    assert a2a[:4] == ["all_to_all", "4x2-1gbit", "-", "failed"] and a2a[-2:] == ["no", "no commit recorded"]
+
+
+def test_each_session_says_its_commit_and_start_where_its_raw_file_recorded_them():
+    from scripts.bench_limit import session_text
+
+    checkout = {"checkout": {"commit": "0c1a63e60812463942e14d13dbfd782295b27911", "dirty": True},
+                "started": "2026-12-06T04:24:15Z"}
+    assert session_text({"document": checkout}) == "0c1a63e60812 (dirty), 2026-12-06 04:24"
+    assert session_text({"document": {"commit": "abcdef0123456789", "started": None}}) == "abcdef012345"
+    assert session_text({"document": {"started": "2026-12-04T21:20:36Z"}}) == "no commit recorded, 2026-12-04 21:20"
+    assert session_text({}) == "no commit recorded"
 
 
 def test_within_the_target_asks_the_whole_interval():
