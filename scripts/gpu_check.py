@@ -1,6 +1,7 @@
 """The one-GPU check: CuPy buffer paths, a one-rank NCCL communicator and ``runtime.bench --backend cupy``, all exact.
 
     python -m scripts.gpu_check [--seed 0]
+    python -m scripts.gpu_check --multi [--gpus G] [--timeout S]      # 2 to 8 GPUs: scripts/gpu_multi.py
 
 For a machine with one NVIDIA GPU (device 0 is used; CI has none). It checks,
 against numpy and exactly (bit for bit):
@@ -37,6 +38,11 @@ It prints one line and exits with:
   or not built, a broken install), a broken GPU setup rather than a skip.
 
 It takes seconds (far under the 5 minutes allowed).
+
+``--multi`` runs the multi-GPU check instead (scripts/gpu_multi.py: the CuPy
+runtime under mpiexec with pipelined programs and every ``--inject`` fault,
+torchrun with NCCL running an exported module, the DDP hook with its guard and
+the client tuner, each under a hard timeout); its exit statuses are the same.
 """
 
 from __future__ import annotations
@@ -58,10 +64,11 @@ from p2synth.hierarchies import Collective
 from p2synth.hierarchies.program import STEP_OPS
 from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
 from p2synth.runtime.backends import BackendUnavailable, CupyMissing, GroupComm
-from p2synth.runtime.nccl import CupyBackend
+from p2synth.runtime.nccl import CupyBackend, load_cupy
 from p2synth.runtime.data import CHECK_DTYPE, DTYPE
 from p2synth.runtime.executor import Buffers, PieceCalls, Pipeline, StepCalls, merge_pieces, split_pieces
 from p2synth.runtime.layout import Role
+from scripts import gpu_multi
 
 DTYPES = (DTYPE, CHECK_DTYPE)
 IN_PLACE = (Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST)
@@ -242,16 +249,34 @@ def describe(backend: CupyBackend) -> str:
     return f"{name}, CuPy {backend.cupy.__version__}, NCCL {backend.nccl.get_version()}"
 
 
+def multi(gpus: int | None, timeout_s: float) -> int:
+    """The multi-GPU check (scripts/gpu_multi.py) on the GPUs CuPy sees; a CuPy that is missing or cannot run is a
+    broken setup here (exit 3): the check was asked for."""
+    try:
+        _, _, devices = load_cupy()
+    except BackendUnavailable as e:
+        print(f"gpu_check --multi: FAILED: {e}")
+        return EXIT_BROKEN
+    with tempfile.TemporaryDirectory(prefix="gpu-multi-") as workdir:
+        return gpu_multi.main(devices, gpus, timeout_s, Path(workdir), Path(__file__).resolve().parents[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the four checks; print one line; 0 ok or skipped (no CuPy), 1 failed, 2 bad arguments, 3 CuPy installed
     but unusable."""
     p = ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
+    p.add_argument("--multi", action="store_true", help="the multi-GPU check instead (2 to 8 GPUs; scripts/gpu_multi.py)")
+    p.add_argument("--gpus", type=int, default=None, help="with --multi: how many GPUs to use (default: every one visible)")
+    p.add_argument("--timeout", type=float, default=gpu_multi.DEFAULT_TIMEOUT_S,
+                   help=f"with --multi: seconds before a job counts as hung and is killed (default {gpu_multi.DEFAULT_TIMEOUT_S})")
     try:
         args = p.parse_args(argv)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if args.multi:
+        return multi(args.gpus, args.timeout)
     start = time.perf_counter()
     try:
         backend = CupyBackend(MPI.COMM_SELF)

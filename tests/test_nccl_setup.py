@@ -156,3 +156,13 @@ def test_the_nccl_module_does_not_import_the_backends_module():
 ])
 def test_the_launchers_local_rank_picks_the_gpu(env, devices, index):
     assert launcher_device(env, devices) == index
+
+
+def test_no_docstring_places_the_nccl_classes_in_the_backends_module():
+    """Issue 46: docstrings said ``NcclGroup`` lived in runtime/backends.py; it is in runtime/nccl.py."""
+    wrong = [f"{path.relative_to(ROOT)}:{n}" for folder in ("runtime", "scripts", "solver", "docs")
+             for path in sorted((ROOT / folder).rglob("*")) if path.suffix in (".py", ".md")
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if "backends.py" in line and any(name in line for name in ("NcclGroup", "CupyBackend", "StreamLane"))
+             and "nccl.py" not in line]
+    assert wrong == []
