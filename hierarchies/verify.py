@@ -14,7 +14,8 @@ from functools import lru_cache
 from p2synth.hierarchies.model import Hierarchy, Level
 from p2synth.hierarchies.placement import Axis, Cell, Placement
 from p2synth.hierarchies.program import Collective, Program, Request
-from p2synth.hierarchies.concrete import FINGERPRINTS, WORD_BITS, CheckResult, ConcreteChecker, FingerprintChecker
+from p2synth.hierarchies.concrete import WORD_BITS, CheckResult, ConcreteChecker
+from p2synth.hierarchies.fingerprint import FINGERPRINTS, FingerprintChecker
 
 # Largest devices x chunks simulated directly; beyond it, a miniature.
 DIRECT_LIMIT = 1 << 14
@@ -48,7 +49,7 @@ def miniature(placement: Placement, request: Request) -> Placement:
 
 
 # The exact checker's matrix (devices x chunks x devices/32 words of 8 bytes) up to this size; beyond, fingerprints
-# (hierarchies.concrete.FingerprintChecker: devices x chunks x 2 words of 4 bytes) up to CHECK_BYTES; beyond, refused.
+# (hierarchies.fingerprint.FingerprintChecker: devices x chunks x 2 words of 4 bytes) up to CHECK_BYTES; beyond, refused.
 EXACT_BYTES = 1 << 29
 CHECK_BYTES = 1 << 30
 

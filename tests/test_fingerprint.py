@@ -1,4 +1,4 @@
-"""The fingerprint checker (hierarchies/concrete.py, FingerprintChecker) against the exact one: the same verdict on
+"""The fingerprint checker (hierarchies/fingerprint.py, FingerprintChecker) against the exact one: the same verdict on
 random programs, valid ones (walks of the abstract state space) and their mutants, and every misplaced, dropped or
 doubled contribution seen; the verifier picking it only where the exact matrix is too large, and refusing beyond."""
 
@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
-from p2synth.hierarchies.concrete import ConcreteChecker, FingerprintChecker
+from p2synth.hierarchies.concrete import ConcreteChecker
+from p2synth.hierarchies.fingerprint import FingerprintChecker
 from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.statespace import state_space
 from p2synth.hierarchies.verify import CheckTooLarge, Verifier, check_bytes
