@@ -30,7 +30,7 @@ from p2synth.hierarchies.abstract import count_programs
 from p2synth.solver.planner import SweepResult
 from p2synth.solver.report import render_single, render_workload
 from p2synth.solver.result import is_complete, result_json
-from p2synth.solver.search import LIST_ALL_LIMIT, Proof, VerificationError
+from p2synth.solver.ranking import LIST_ALL_LIMIT, Proof, VerificationError
 from p2synth.solver.sweep import RankFailed, SweepTask, default_jobs, mpi_sweep, quiet_one_host_windows, sweep, under_mpi
 from p2synth.solver.terminal import console
 from p2synth.solver.timeline import draw

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.orbitspace import OrbitSpace, compositions
 from p2synth.hierarchies.statespace import StateSpace
-from p2synth.solver import search
+from p2synth.solver import ranking, search
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.folding import case_count, cell_classes, check_invariance, folds
 from p2synth.solver.models import InCellOrder, canonical_order, cost_model, cost_signature
@@ -120,7 +120,7 @@ def test_the_search_over_orbits_lists_what_the_unfolded_one_does(placement, piec
     request = Request(frozenset(range(len(placement.axes))))
     assume(folds(cell_classes(cost_signature(placement, request, size, "alpha-beta").cells)))
     spaces = []
-    real = search.orbit_space
+    real = ranking.orbit_space
 
     def spy(collective, classes):
         spaces.append(classes)
@@ -128,7 +128,7 @@ def test_the_search_over_orbits_lists_what_the_unfolded_one_does(placement, piec
 
     spy.cache_clear = real.cache_clear
 
-    with mock.patch.object(search, "state_space_fits", lambda *a: False), mock.patch.object(search, "orbit_space", spy):
+    with mock.patch.object(ranking, "state_space_fits", lambda *a: False), mock.patch.object(ranking, "orbit_space", spy):
         folded = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     plain = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     assert spaces and folded == plain and folded.optimal
@@ -145,7 +145,7 @@ def test_z3_proves_the_list_of_an_orbit_search():
     """With ``--proof z3``, Z3's own unsat proves the lifted list of an orbit search, as it does the unfolded one's."""
     placement = _two_pairs()
     request = Request(frozenset({0, 1}))
-    with mock.patch.object(search, "state_space_fits", lambda *a: False):
+    with mock.patch.object(ranking, "state_space_fits", lambda *a: False):
         folded = search.solve(placement, request, 1 << 30, 3, top=5, pieces=(1,), proof=search.Proof.Z3)
     plain = search.solve(placement, request, 1 << 30, 3, top=5, pieces=(1,), proof=search.Proof.Z3)
     assert folded == plain and folded.optimal and len(folded.programs) == 5
@@ -155,10 +155,10 @@ def test_an_orbit_search_on_two_pairs_of_cells_lists_the_unfolded_searchs_progra
     """dp and tp both 2-way across nodes and across GPUs: two pairs of interchangeable cells, folded."""
     placement = _two_pairs()
     request = Request(frozenset({0, 1}))
-    with mock.patch.object(search, "state_space_fits", lambda *a: False):
+    with mock.patch.object(ranking, "state_space_fits", lambda *a: False):
         folded = search.solve(placement, request, 1 << 30, 4, top=8, pieces=(1, 2, 4))
         # a search over orbits leaves no space's layout cached: a sweep holds one such space at a time
-        assert search.rows_layout.cache_info().currsize == 0 and search.orbit_space.cache_info().currsize == 0
+        assert ranking.rows_layout.cache_info().currsize == 0 and ranking.orbit_space.cache_info().currsize == 0
     plain = search.solve(placement, request, 1 << 30, 4, top=8, pieces=(1, 2, 4))
     assert folded == plain and folded.optimal and len(folded.programs) == 8
 
@@ -200,9 +200,9 @@ def test_a_model_that_tells_equal_cells_apart_is_not_folded():
     placement = _two_pairs()
     model, classes = _model_of(placement, Request(frozenset({0, 1})))
     assert classes == ((0, 1), (2, 3))
-    deadline = search.Deadline(None)
-    assert search._can_fold(Collective.ALL_REDUCE, classes, lambda p: model, deadline)
-    assert not search._can_fold(Collective.ALL_REDUCE, classes, lambda p: _TellsCellsApart(model, 2), deadline)
+    deadline = ranking.Deadline(None)
+    assert ranking._can_fold(Collective.ALL_REDUCE, classes, lambda p: model, deadline)
+    assert not ranking._can_fold(Collective.ALL_REDUCE, classes, lambda p: _TellsCellsApart(model, 2), deadline)
 
 
 def test_case_count_counts_every_case_with_a_slice():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.statespace import state_space
-from p2synth.solver import certificate, pipelined_certificate, search
+from p2synth.solver import certificate, pipelined_certificate, ranking
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.cost import PY, AlphaBeta, level_floor, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
 from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
@@ -309,16 +309,16 @@ def test_bracketed_tables_rank_as_exact_ones_do(case):
     p, req, size, kind = case
     pieces = (1, 2, 4, 8, 16)
     used = []
-    real = search.bracketed_tables
+    real = ranking.bracketed_tables
 
     def spy(*args, **kw):
         out = real(*args, **kw)
         used.append(out is not None)
         return out
 
-    with mock.patch.object(search, "bracketed_tables", spy):
+    with mock.patch.object(ranking, "bracketed_tables", spy):
         bracketed = solve(p, req, size, 4, top=5, model_kind=kind, pieces=pieces)
-    with mock.patch.object(search, "bracketed_tables", lambda *a, **k: None):
+    with mock.patch.object(ranking, "bracketed_tables", lambda *a, **k: None):
         exact = solve(p, req, size, 4, top=5, model_kind=kind, pieces=pieces)
     assert bracketed.optimal and exact.optimal
     assert [(r.program, r.cost_s) for r in bracketed.programs] == [(r.program, r.cost_s) for r in exact.programs]

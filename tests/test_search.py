@@ -147,13 +147,15 @@ def test_z3_alone_by_tightening_finds_the_dijkstra_optimum(case):
 def test_send_recv_is_solved_without_a_search_its_default_the_only_proved_program(monkeypatch):
     """A shift has one program, its default; solve returns it as the only, proved-best program and never runs the
     sketch, the state space or the certificate (each made to fail here)."""
+    import p2synth.solver.ranking as ranking
     import p2synth.solver.search as search
 
     def never(*args, **kwargs):
         raise AssertionError("send_recv must not be searched")
 
-    for name in ("_ranking", "count_programs", "state_space", "prove_step_semantics"):
-        monkeypatch.setattr(search, name, never)
+    monkeypatch.setattr(search, "rank_signature", never)
+    for name in ("count_programs", "state_space", "prove_step_semantics"):
+        monkeypatch.setattr(ranking, name, never)
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=20),
                           Level(name="core", count=4, bandwidth_GBps=8.0, latency_us=1)))
     p = Placement(h, (Axis(name="pipe", size=2), Axis(name="data", size=4)), ((2, 1), (1, 4)))

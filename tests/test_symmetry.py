@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
 from p2synth.hierarchies.statespace import state_space
-from p2synth.solver import pipelined_certificate, search
+from p2synth.solver import pipelined_certificate, ranking, search
 from p2synth.solver.certificate import CertificateError
 from p2synth.solver.models import InCellOrder, canonical_order, cost_model
 from p2synth.solver.pipelined import cheapest_pipelined_all, pipeline_tables, whole_traffic
@@ -74,10 +74,10 @@ def test_the_folded_search_lists_what_the_unfolded_one_does(placement, pieces, s
     small ones are): the same programs, costs, piece counts and proof as the search that expands every program
     without them (pairs switched off, every search run first without the joint tables)."""
     request = Request(frozenset(range(len(placement.axes))))
-    with mock.patch.object(search, "HARD_FIRST_ROWS", 1 << 40):
+    with mock.patch.object(ranking, "HARD_FIRST_ROWS", 1 << 40):
         folded = search.solve(placement, request, size, steps, top=6, pieces=pieces)
-    with mock.patch.object(search, "class_pairs", lambda cells: ()), mock.patch.object(search, "HARD_FIRST_ROWS", 0), \
-            mock.patch.object(search, "EASY_SEARCH_ROWS", 1):
+    with mock.patch.object(ranking, "class_pairs", lambda cells: ()), mock.patch.object(ranking, "HARD_FIRST_ROWS", 0), \
+            mock.patch.object(ranking, "EASY_SEARCH_ROWS", 1):
         plain = search.solve(placement, request, size, steps, top=6, pieces=pieces)
     assert folded == plain and folded.optimal
 
