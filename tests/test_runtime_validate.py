@@ -53,7 +53,9 @@ def test_a_pick_that_stays_faster_is_confirmed(tmp_path):
     assert doc["validated"]["requests"] == 1 and doc["validated"]["confirmed"] == 1 and doc["validated"]["losses_5pct"] == 0
     assert doc["validated"]["timing"]["order"] == "interleaved, reversed"
     assert_run_record({k: doc["validated"][k] for k in ("p2synth", "commit", "dirty", "started_at", "ended_at")}, before)
+    assert v["paired"]["verdict"] == "faster" and doc["validated"]["slower_paired"] == 0
     assert "LOSS" not in job.stdout and "confirmed" in job.stdout
+    assert "# picks more than 5% slower than the default: 0 of the 1 that left it (0 kept the default) OK" in job.stdout
 
 
 def test_a_pick_that_turns_out_slower_is_a_loss(tmp_path):
@@ -63,6 +65,7 @@ def test_a_pick_that_turns_out_slower_is_a_loss(tmp_path):
     assert job.returncode == 0, job.stderr
     v = json.loads(out.read_text())["placements"][0]["validation"]
     assert v["loss_5pct"] is True and v["confirmed"] is False and v["pick_over_default"] > 1.5 and v["regret"] > 1.5
+    assert v["paired"]["verdict"] == "slower" and v["paired"]["slower_rounds"] >= 7
     assert "LOSS" in job.stdout
 
 
