@@ -46,7 +46,7 @@ class Grid:
     def fits(self, width: int) -> bool:
         """Whether the rows' cells fit `width` columns, headers folded as far as they go."""
         widths, gap = _layout(self.columns, self.rows, width)
-        return sum(widths) + gap * (len(widths) - 1) <= width
+        return _span(widths, gap) <= width
 
     def render(self, width: int) -> list[tuple[str, str]]:
         """The table as ``(style, text)`` lines for `width` columns: style ``"bold"`` for the header, ``"italic"`` for
@@ -59,7 +59,7 @@ class Grid:
         for i in range(height):
             cells = [h[i - height + len(h)] if i >= height - len(h) else "" for h in headers]  # bottom-aligned
             out.append(("bold", _join(self.columns, cells, widths, gap)))
-        out.append(("", "-" * min(width, sum(widths) + gap * (len(widths) - 1))))
+        out.append(("", "-" * min(width, _span(widths, gap))))
         for row in self.rows:
             out.append(("", _join(self.columns, row.cells, widths, gap)))
             for segments in row.lines:
@@ -121,7 +121,7 @@ def _layout(columns: list[Column], rows: list[Row], width: int) -> tuple[list[in
         for gap in GAPS:
             widths = [max(cell, *(len(p) for line in c.header.split("\n") for p in _header_units(line, mode)))
                       for c, cell in zip(columns, cells)]
-            spare = width - sum(widths) - gap * (len(widths) - 1)
+            spare = width - _span(widths, gap)
             if spare >= 0:
                 widths = _widen(columns, widths, spare)
                 fits.append((max(len(_fold_header(c.header, w)) for c, w in zip(columns, widths)), -gap, widths))
@@ -129,6 +129,11 @@ def _layout(columns: list[Column], rows: list[Row], width: int) -> tuple[list[in
             _, gap, widths = min(fits)
             return widths, -gap
     return widths, gap
+
+
+def _span(widths: list[int], gap: int) -> int:
+    """The characters a row of columns `widths` wide takes, gaps included."""
+    return sum(widths) + gap * (len(widths) - 1)
 
 
 def _widen(columns: list[Column], widths: list[int], spare: int) -> list[int]:
