@@ -31,7 +31,8 @@ one-sided paired test shows the program faster; ``--guard-out PLAN`` writes
 the plan with the decisions (``step_guard``), which a run without ``--guard``
 follows. Then ``--warmup`` untimed steps of each variant, and ``--rounds`` rounds, each
 timing both variants (``best``: the plan's best programs; ``default``: every
-request as its default collective), in an order that alternates per round. A
+request as its default collective; with a guard also ``plan``, the plan's
+programs as planned, unguarded), in an order that alternates per round. A
 step starts after a barrier; its time is the slowest rank's, and its parts
 (compute slept, layer communication, pipeline waits, exposed gradient, after)
 are that rank's.
@@ -110,10 +111,11 @@ def _step(args: argparse.Namespace, job: StepJob, backend: Backend, world: MPI.I
         return EXIT_WRONG
     guard = guard_step(args, job, ranker)
     traces: list[Trace] = []
-    measured = {v: VariantRounds() for v in Variant}
+    variants = [Variant.BEST, Variant.DEFAULT] + ([Variant.PLAN] if guard is not None else [])
+    measured = {v: VariantRounds() for v in variants}
     wrong_activations = wrong_outputs = 0
-    plan = [(v, -1) for _ in range(args.warmup) for v in Variant]
-    plan += [(v, r) for r in range(args.rounds) for v in (list(Variant) if r % 2 == 0 else list(Variant)[::-1])]
+    plan = [(v, -1) for _ in range(args.warmup) for v in variants]
+    plan += [(v, r) for r in range(args.rounds) for v in (variants if r % 2 == 0 else variants[::-1])]
     for variant, round_ in plan:
         trace = Trace(str(variant), round_) if args.trace is not None else None
         ranker.poison()
@@ -151,10 +153,11 @@ def guard_step(args: argparse.Namespace, job: StepJob, ranker: StepRank) -> dict
     plan recorded, if anything) and make ``best`` run it; the ``guard`` entry of the documents, None without one."""
     if args.slow is not None:
         which, ms = args.slow.split(":")
-        runs = ranker.runs[Variant.BEST if which == step_guard.PROGRAM else Variant.DEFAULT]
-        for i, a in enumerate(ranker.armed):
-            if a is not None and len(a.compiled) > 1:
-                runs[i] = step_guard.slowed(runs[i], float(ms) * 1e-3)
+        for v in (Variant.BEST, Variant.PLAN) if which == step_guard.PROGRAM else (Variant.DEFAULT,):
+            runs = ranker.runs[v]
+            for i, a in enumerate(ranker.armed):
+                if a is not None and len(a.compiled) > 1:
+                    runs[i] = step_guard.slowed(runs[i], float(ms) * 1e-3)
     if args.guard:
         decisions, source, rounds = step_guard.decide(ranker, args.guard_rounds), "measured", args.guard_rounds
     else:

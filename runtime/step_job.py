@@ -16,10 +16,12 @@ from p2synth.runtime.plan import Selection, select
 
 
 class Variant(str, Enum):
-    """Which program every request runs: the plan's best, or its default collective."""
+    """Which program every request runs: the plan's best (after the guard, with one), its default collective, or
+    (with a guard) the plan's best as planned."""
 
     BEST = "best"
     DEFAULT = "default"
+    PLAN = "plan"  # the plan's programs as planned, beside a guarded best (runtime/step_guard.py); only with a guard
 
     def __str__(self) -> str:
         return self.value

@@ -105,7 +105,7 @@ def step_document(job: StepJob, args: argparse.Namespace, backend: Backend, worl
         "requests": requests,
         "timing": {"warmup": args.warmup, "rounds": args.rounds, "order": "interleaved, alternating per round",
                    "poll_sleep_us": args.poll_sleep_us},
-        "variants": {str(v): measured[v].summary() for v in Variant},
+        "variants": {str(v): rounds.summary() for v, rounds in measured.items()},
         "predicted": predicted if isinstance(predicted, dict) else None,
         "wrong": wrong,
     }

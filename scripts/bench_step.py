@@ -57,6 +57,14 @@ placements were ranked exactly backwards):
   fastest of every placement run with the plan's programs or with the default
   collectives (``regret_with_defaults_by_job``; median over jobs, and the worst
   job) (issue 47);
+* with ``--guard`` (``runtime.step --guard``: each request's program kept only
+  where the paired test shows it faster than its default, in the job), the
+  step's ``best`` is the guarded step, and the plan as planned runs beside it:
+  ``guarded_regret_by_job`` (the guarded pick over the best configuration,
+  defaults and the unguarded plan included) and ``guard_vs_plan_by_job`` (the
+  placements whose guarded step is faster / slower than the plan as planned, by
+  the paired test); ``defaults_faster_*`` then counts the placements where the
+  guarded step lost to its defaults (issue 47's target: none);
 * ``defaults_faster_by_job``: per job, the placements whose default
   collectives beat the plan's programs: by the paired test of
   ``runtime.stats.paired_verdict`` on their interleaved rounds (``paired``),
@@ -86,7 +94,7 @@ from scipy.stats import spearmanr
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, count_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.step import StepSpec
-from p2synth.runtime.stats import SLOWER, paired_verdict
+from p2synth.runtime.stats import FASTER, SLOWER, paired_verdict
 from scripts.accuracy.suite import Testbed
 from scripts.bench_limit import TESTBEDS as LIMIT_TESTBEDS, _names
 from scripts.campaign import campaign_input, now, testbed_session
@@ -196,6 +204,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--poll-sleep-us", type=count_argument(0), default=0, metavar="US",
                    help="runtime.step's --poll-sleep-us: the pipeline's waits test their requests every US microseconds "
                         "and sleep in between (default 0: they wait inside MPI, as every committed campaign ran)")
+    p.add_argument("--guard", action="store_true",
+                   help="run each placement with runtime.step --guard: each request's program against its default in "
+                        "paired rounds inside the job, the default kept unless the program is faster; the plan as "
+                        "planned runs beside it (variant plan) (issue 47)")
     p.add_argument("--calibrate-bytes", type=int, default=4 * MiB, help="calibration's largest message (default 4 MiB)")
     p.add_argument("--instance", default="step", help="the testbed instance (default step)")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/p2synth-step"), help="specs, plans, step results")
@@ -334,7 +346,8 @@ def rows(raw: dict) -> list[dict]:
                 if "error" in p:
                     out.append({**row, "error": p["error"]})
                     continue
-                out.append({**row, "measured": p["measured"], "default": p["default"], "wrong": p["wrong"]})
+                out.append({**row, "measured": p["measured"], "default": p["default"], "wrong": p["wrong"],
+                            **({"plan": p["plan"]} if "plan" in p else {})})
     return out
 
 
@@ -396,6 +409,24 @@ def disagreements(group: list[dict]) -> dict:
     return {"pairs": len(pairs), "step_model_right": right}
 
 
+def guarded(jobs: dict[str, list[dict]]) -> dict:
+    """A campaign run with ``--guard`` (every placement has the plan as planned, ``plan``, beside the guarded step,
+    ``measured``): per job the guarded pick's regret against the best configuration, defaults and the unguarded plan
+    included (``guarded_regret_by_job``, and the median), and per job how many placements' guarded steps the paired
+    test found faster and slower than the plan as planned (``guard_vs_plan_by_job``). Empty for a campaign without."""
+    if not jobs or not all("plan" in r for g in jobs.values() for r in g):
+        return {}
+    regret = {}
+    for j, g in jobs.items():
+        chosen = min(g, key=lambda r: (r["predicted"]["step_s"], r["index"]))
+        best = min(min(r["measured"]["step_s"], r["default"]["step_s"], r["plan"]["step_s"]) for r in g)
+        regret[j] = chosen["measured"]["step_s"] / best
+    versus = {j: [paired_verdict(r["measured"]["rounds_s"], r["plan"]["rounds_s"]).verdict for r in g] for j, g in jobs.items()}
+    return {"guarded_regret": _median(regret.values()), "guarded_regret_by_job": regret,
+            "guard_vs_plan_by_job": {j: {"faster": v.count(FASTER), "slower": v.count(SLOWER), "placements": len(v)}
+                                     for j, v in versus.items()}}
+
+
 def summary(rows_: list[dict]) -> dict:
     """Per testbed: the figures of the module docstring, per job and as the median over jobs."""
     out = {}
@@ -427,6 +458,7 @@ def summary(rows_: list[dict]) -> dict:
             "defaults_faster_by_job": beaten,
             "defaults_faster_paired": sum(x["paired"] for x in beaten.values()),
             "defaults_faster_median": sum(x["median"] for x in beaten.values()),
+            **guarded(jobs),
             "sum_model_regret": _median(by_sum.values()),
             "sum_model_regret_worst_job": max(by_sum.values(), default=None),
             "sum_model_regret_by_job": by_sum,
@@ -535,7 +567,7 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
     out.unlink(missing_ok=True)
     r = testbed("run", "--timeout", "900", "--", "python", "-m", "runtime.step", str(plan_path), "--placement", str(index),
                 "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--poll-sleep-us", str(args.poll_sleep_us),
-                "--out", str(out),
+                *(["--guard"] if args.guard else []), "--out", str(out),
                 timeout=960, check=False, instance=args.instance)
     if r.returncode != 0 or not out.exists():
         return {**record, "error": f"runtime.step exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
@@ -543,6 +575,8 @@ def measure_placement(args: argparse.Namespace, tag: str, plan_path: Path, plan:
     record.update(measured=measured_figures(result, "best"), default=measured_figures(result, "default"),
                   wrong=result["wrong"], thread_level=result["mpi_thread_level"],
                   gradient_overlap=result["gradient_overlap"])
+    if "plan" in result["variants"]:  # --guard: the plan as planned beside the guarded step, and what the guard kept
+        record.update(plan=measured_figures(result, "plan"), guard=result["guard"])
     log(f"[{tag}] placement {index} {entry['description']}: predicted {ms(entry['step']['step_s'])} ms, "
         f"measured {ms(record['measured']['step_s'])} ms")
     return record
@@ -571,6 +605,7 @@ def measure(args: argparse.Namespace, log) -> dict:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     raw = {"started": now(), "command": sys.argv, "commit": commit or None, **({"model": args.model} if args.model else {}),
            "settings": {"rounds": args.rounds, "warmup": args.warmup, "poll_sleep_us": args.poll_sleep_us,
+                        "guard": args.guard,
                         "calibrate_bytes": args.calibrate_bytes,
                         "step": STEP, "jobs": JOBS}, "testbeds": []}
     for name in args.testbeds:

@@ -359,12 +359,13 @@ def test_a_placement_runs_with_the_poll_setting_it_was_given(tmp_path, monkeypat
     calls = []
     monkeypatch.setattr(measure, "testbed", lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 1, "", "x"))
     plan = {"placements": [{"matrix": [[1]], "description": "d", "step": {"step_s": 1.0}, "total_s": 1.0}]}
-    for given in (0, 500):
-        args = argparse.Namespace(workdir=tmp_path, rounds=3, warmup=0, poll_sleep_us=given, instance="step")
+    for given, guard in ((0, False), (500, True)):
+        args = argparse.Namespace(workdir=tmp_path, rounds=3, warmup=0, poll_sleep_us=given, instance="step", guard=guard)
         record = measure_placement(args, "t", tmp_path / "plan.json", plan, 0, lambda s: None)
         assert "error" in record
         command = list(calls[-1])
         assert command[command.index("--poll-sleep-us") + 1] == str(given) and "runtime.step" in command
+        assert ("--guard" in command) is guard  # --guard: runtime.step guards each request in the job
 
 
 def test_regret_counts_the_defaults_and_the_paired_test_says_where_they_win():
@@ -384,3 +385,21 @@ def test_regret_counts_the_defaults_and_the_paired_test_says_where_they_win():
     assert s["defaults_faster_by_job"]["a"] == {"paired": 1, "median": 2, "placements": 3}
     assert (s["defaults_faster_paired"], s["defaults_faster_median"]) == (1, 2)
     assert job_cells(summary(rows(raw)))[0][7] == "1 of 3 (2)"
+
+
+def test_a_guarded_campaign_scores_the_guarded_step_against_the_defaults_and_the_plan_as_planned():
+    """--guard: every placement has the plan as planned (``plan``) beside the guarded step (``measured``); the
+    summary gives the guarded pick's regret against every configuration and the paired verdicts against the plan."""
+    raw = json.loads(json.dumps(RAW))
+    for job in raw["testbeds"][0]["jobs"]:
+        for p in job["placements"]:
+            if "measured" in p:
+                p["plan"] = {**p["measured"], "step_s": p["measured"]["step_s"] * 1.2,
+                             "rounds_s": [x * 1.2 for x in p["measured"]["rounds_s"]] * 2}
+                for side in ("measured", "default"):  # 6 paired rounds: the sign test can decide
+                    p[side]["rounds_s"] = p[side]["rounds_s"] * 2
+    s = summary(rows(raw))["tb"]
+    # job a: the model's pick p0 (1.10 guarded) over the fastest configuration, p1 guarded (1.00)
+    assert s["guarded_regret_by_job"] == {"a": pytest.approx(1.1), "b": pytest.approx(1.0)}
+    assert s["guard_vs_plan_by_job"]["a"] == {"faster": 3, "slower": 0, "placements": 3}
+    assert "guarded_regret" not in summary(rows(RAW))["tb"]  # an unguarded campaign has none

@@ -43,8 +43,9 @@ def test_a_slower_program_is_measured_in_the_job_and_the_default_kept(tmp_path):
     assert grad["verdict"]["verdict"] == "slower" and grad["verdict"]["slower_rounds"] == 6
     assert grad["verdict"]["median_ratio"] < 0.5
     assert "# grad: runs the default (slower (6 of 6 rounds, p = 0.016))" in stdout
-    # the step's best variant ran the default's buckets, not the slowed program's
+    # the step's best variant ran the default's buckets, not the slowed program's; the plan as planned ran beside it
     assert _bucket_seconds(trace, "best") and max(_bucket_seconds(trace, "best")) < SLOW_S
+    assert set(doc["variants"]) == {"best", "default", "plan"} and min(_bucket_seconds(trace, "plan")) >= SLOW_S
     # the plan records the decision, and a run without --guard follows it
     written = json.loads(guarded.read_text())
     assert written["placements"][0]["step_guard"] == doc["guard"]
@@ -66,4 +67,4 @@ def test_a_faster_program_is_kept(tmp_path):
 
 def test_without_the_guard_or_a_recorded_decision_the_plan_runs_as_before(tmp_path):
     doc, trace, stdout = _step(tmp_path, _dp_pp_plan(tmp_path), "--rounds", "1", "--warmup", "0")
-    assert doc["guard"] is None and "# guard" not in stdout
+    assert doc["guard"] is None and "# guard" not in stdout and set(doc["variants"]) == {"best", "default"}
