@@ -108,6 +108,6 @@ def test_a_workload_too_wide_for_a_column_per_request_puts_their_times_under_eac
     plan = json.loads((tmp_path / "plan.json").read_text())
     for p in plan["placements"]:
         at = next(i for i, line in enumerate(lines) if line.strip().startswith(p["description"]))
-        breakdown = " ".join(lines[at + 1:at + 3])
+        breakdown = " ".join(lines[at + 1:at + 4])
         assert all(f"{r['name']} {r['step_s'] * 1e3:.2f}" in breakdown for r in p["requests"]), breakdown
     assert any(line.startswith("under each placement, every request's time: token_dispatch 48 x 8 MiB") for line in lines)
