@@ -103,10 +103,14 @@ class TorchWorld:
         self.device = device
 
     def Barrier(self) -> None:  # noqa: N802  (MPI's spelling)
-        """Wait for every rank."""
+        """Wait for every rank (under NCCL on this rank's current GPU, rather than one torch guesses)."""
+        import torch
         import torch.distributed as dist
 
-        dist.barrier()
+        if self.device.startswith("cuda"):
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
 
     def Allreduce(self, send: np.ndarray, recv: np.ndarray, op=None) -> None:  # noqa: N802
         """`recv` = the elementwise maximum of `send` over ranks (float64; `op` must be a maximum)."""

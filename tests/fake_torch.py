@@ -486,8 +486,11 @@ class NcclLikeTorch:
                 self.calls.append((threading.get_ident(), group.name, "max" if op == "MAX" else "sum", async_op))
             return types.SimpleNamespace(get_future=lambda: _Future.done([tensor])) if async_op else None
 
-        return types.SimpleNamespace(all_reduce=all_reduce, ReduceOp=types.SimpleNamespace(MAX="MAX"),
-                                     barrier=lambda: None)
+        def barrier(device_ids=None):
+            with self._lock:
+                self.calls.append((threading.get_ident(), "world", f"barrier on {device_ids}", False))
+
+        return types.SimpleNamespace(all_reduce=all_reduce, ReduceOp=types.SimpleNamespace(MAX="MAX"), barrier=barrier)
 
     def _cuda(self) -> types.SimpleNamespace:
         compute_s = self.compute_s
@@ -519,6 +522,7 @@ class NcclLikeTorch:
             return streams.stream
 
         return types.SimpleNamespace(Event=Event, current_stream=current_stream, is_available=lambda: True,
+                                     current_device=lambda: int(self.device.partition(":")[2] or 0),
                                      set_device=self.devices_set.append, synchronize=lambda: current_stream().synchronize())
 
 

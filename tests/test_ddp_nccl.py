@@ -90,4 +90,6 @@ def test_the_client_tuners_timing_agreement_runs_on_the_gpu_under_nccl(monkeypat
     recv = np.zeros(3)
     world.Allreduce(np.array([1.0, 2.5, 3.0]), recv, op=MPI.MAX)
     assert recv.tolist() == [1.0, 2.5, 3.0] and torch.calls[0][1:3] == ("world", "max")
+    world.Barrier()
+    assert torch.calls[1][2] == "barrier on [0]"  # the GPU it runs on, not one torch guesses
 
