@@ -5,7 +5,6 @@ import sys
 import types
 
 import numpy as np
-import pytest
 
 from p2synth.hierarchies.plan_file import parse_plan_file
 from p2synth.solver.exports.buckets import bucket_plan

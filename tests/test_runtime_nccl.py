@@ -11,7 +11,6 @@ import ctypes
 import json
 import sys
 import types
-from itertools import groupby
 
 import numpy as np
 import pytest
