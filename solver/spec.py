@@ -299,12 +299,15 @@ def _unknown_axes_unvalidated(data: dict) -> list[tuple[tuple, str]]:
 
 
 def _in_spec_order(problems: list[tuple[tuple, str]]) -> list[str]:
-    """The lines of (path, line) problems in the order of the spec's fields and list items (the whole spec last)."""
-    order = list(Spec.model_fields)
+    """The lines of (path, line) problems in the order of the spec's fields, list items and a request's fields (the
+    whole spec last)."""
+    top, inner = list(Spec.model_fields), list(WorkloadItem.model_fields)
 
-    def key(loc: tuple) -> tuple[int, int]:
-        field = order.index(loc[0]) if loc and loc[0] in order else len(order)
-        return field, loc[1] if len(loc) > 1 and isinstance(loc[1], int) else -1
+    def key(loc: tuple) -> tuple[int, ...]:
+        if not loc:
+            return (len(top),)
+        rest = (p if isinstance(p, int) else inner.index(p) if p in inner else len(inner) for p in loc[1:])
+        return (top.index(loc[0]) if loc[0] in top else len(top), *rest)
     return [line for _, line in sorted(problems, key=lambda p: key(p[0]))]
 
 

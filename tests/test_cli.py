@@ -180,6 +180,9 @@ def test_every_spec_problem_is_one_line_in_one_run(tmp_path):
     assert len(lines) == 2, r.stderr
     assert lines[0] == "spec error: workload.0.axes: unknown axis 'dta'; known axes: 'data', 'tensor'"
     assert lines[1].startswith("spec error: workload.1.collective: Input should be 'all_reduce'")
+    single = {**BASE, "request": {"axes": ["dta"], "collective": "allreduce"}}
+    lines = run(write_spec(tmp_path, single)).stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["request.axes", "request.collective"], lines
     # problems the checks after parsing find are all reported too: two unknown axes and a wrong product
     spec["workload"][1]["collective"] = "all_reduce"
     spec["workload"].append({"name": "pp", "axes": ["pipe"], "message_bytes": 1024})
