@@ -25,7 +25,8 @@ Per placement, with ``p`` pipeline stages, ``t`` the tensor axis size and
   (``layer_comm_s``): ``(p - 1)`` forward-and-backward passes for 1F1B and
   GPipe alike when every pass has one price.
 * **gradient buckets** (requests over the data axis): each occurrence is a
-  bucket, ready when the share of the stage's last backward pass done equals
+  bucket (a request marked ``"gradient": true`` arrives as its buckets,
+  ``solver/gradients.py``, so the full ones then the last), ready when the share of the stage's last backward pass done equals
   the share of the bucket bytes up to it; buckets are reduced one after the
   other, overlapping that pass, each at its planned time (every stage's
   groups at once). Only what runs past the pass is exposed.
