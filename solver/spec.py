@@ -1,22 +1,21 @@
 """The input spec (pydantic v2): hierarchy, axes, the reduction(s) to synthesize, bounds.
 
-Unknown fields are rejected so typos fail. :func:`load_spec` turns a JSON file
+Unknown fields are rejected so typos fail. :func:`load_problem` turns a JSON file
 into a checked :class:`Problem` or raises :class:`SpecError` whose lines each
-name the field and the fix.
+name the field and the fix, every problem of the spec in one run. The union
+fields (hierarchy, placements, sizes) are ``solver/spec_fields.py``'s; the
+error lines, in the spec's order, ``solver/spec_lines.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, NamedTuple, Union
+from typing import TYPE_CHECKING, Annotated, Iterator, NamedTuple
 
-from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from p2synth.hierarchies.cli import quote
 from p2synth.hierarchies.library import UnknownSystemError, load_system, system_names
@@ -27,6 +26,10 @@ from p2synth.hierarchies.program import MAX_PIPELINE, Collective, NamedRequest, 
 from p2synth.hierarchies.step import Part, Role, StepSpec, part_of
 from p2synth.solver.gradients import DDP_BUCKET_BYTES, GRADIENT_COLLECTIVES, Buckets
 from p2synth.solver.models import CostModelKind
+from p2synth.solver.spec_fields import (
+    MAX_DEVICES, MAX_MESSAGE_BYTES, HierarchyField, MessageBytes, PlacementsField, SizesField, SystemRef,
+)
+from p2synth.solver.spec_lines import in_spec_order, listing, unknown_axes, unknown_axes_unvalidated, validation_problems
 
 if TYPE_CHECKING:
     from p2synth.encodings.deadline import Deadline
@@ -35,13 +38,9 @@ MAX_STEPS_LIMIT = 12
 # "placements": "all" is refused beyond this many placements unless the caller raises it
 # (--max-placements): listing them in Z3 and solving each must fit a default budget.
 MAX_PLACEMENTS = 1000
-# Largest device count a hierarchy may have: sizes and counts are factored by trial division.
-MAX_DEVICES = 2**24
 MAX_AXES = 32
 MAX_NAME = 64  # characters in any name (axis, level, request, hierarchy)
-MAX_MESSAGE_BYTES = 2**50
 MAX_COUNT = 10**6  # occurrences of one request per training step
-MAX_SIZES = 32  # message sizes one workload request may list
 DEFAULT_PIPELINE = (1, 2, 4, 8, 16)  # piece counts the search considers unless the spec narrows them
 
 
@@ -51,77 +50,6 @@ class SpecError(Exception):
     def __init__(self, lines: list[str]):
         super().__init__("\n".join(lines))
         self.lines = lines
-
-
-class SystemRef(BaseModel):
-    """A bundled system by name, optionally with its number of nodes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    system: str = Field(description="name of a bundled system, e.g. dgx-a100")
-    nodes: int | None = Field(default=None, gt=0, description="number of nodes (the outermost level's count)")
-
-
-def _hierarchy_kind(value: Any) -> str | None:
-    if isinstance(value, str):
-        return "by-name"
-    if isinstance(value, dict):
-        return "by-system" if "system" in value else "explicit"
-    if isinstance(value, SystemRef):
-        return "by-system"
-    if isinstance(value, Hierarchy):
-        return "explicit"
-    return None
-
-
-HierarchyField = Annotated[
-    Union[
-        Annotated[str, Tag("by-name")],
-        Annotated[SystemRef, Tag("by-system")],
-        Annotated[Hierarchy, Tag("explicit")],
-    ],
-    Discriminator(_hierarchy_kind, custom_error_type="hierarchy_kind",
-                  custom_error_message='must be a bundled system name, {"system": NAME, "nodes": N}, or {"name": ..., "levels": [...]}'),
-]
-
-
-def _placements_kind(value: Any) -> str | None:
-    if isinstance(value, str):
-        return "all"
-    if isinstance(value, list):
-        return "matrices"
-    return None
-
-
-MatrixEntry = Annotated[int, Field(ge=1, le=MAX_DEVICES)]
-PlacementsField = Annotated[
-    Union[
-        Annotated[Literal["all"], Tag("all")],
-        Annotated[list[list[list[MatrixEntry]]], Field(min_length=1), Tag("matrices")],
-    ],
-    Discriminator(_placements_kind, custom_error_type="placements_kind",
-                  custom_error_message='must be "all" or a non-empty list of matrices (lists of rows of integers)'),
-]
-
-
-def _sizes_kind(value: Any) -> str | None:
-    if isinstance(value, list):
-        return "sizes"
-    return "size" if isinstance(value, (int, float, str)) else None
-
-
-MessageBytes = Annotated[int, Field(gt=0, le=MAX_MESSAGE_BYTES)]
-SizesField = Annotated[
-    Union[
-        Annotated[MessageBytes, Tag("size")],
-        Annotated[list[MessageBytes], Field(min_length=1, max_length=MAX_SIZES), Tag("sizes")],
-    ],
-    Discriminator(_sizes_kind, custom_error_type="sizes_kind",
-                  custom_error_message="must be a number of bytes or a non-empty list of them"),
-]
-# pydantic names the union member in an error's path, right after the field: not part of the user's path
-_UNION_TAGS = {"hierarchy": {"by-name", "by-system", "explicit"}, "placements": {"all", "matrices"},
-               "message_bytes": {"size", "sizes"}}
 
 
 class RequestSpec(BaseModel):
@@ -269,69 +197,6 @@ class Problem:
         return Placement(self.hierarchy, self.axes, matrix)
 
 
-def _format_validation_error(err: ValidationError) -> list[tuple[tuple, str]]:
-    """Pydantic's errors as (path, line) pairs, one per problem."""
-    errors = err.errors(include_url=False)
-    locs = [_user_path(e["loc"]) for e in errors]
-    lines = []
-    for e, loc in zip(errors, locs):
-        # a list that is "too short" only because its items were invalid repeats those items' errors
-        if e["type"] == "too_short" and any(other[: len(loc)] == loc and len(other) > len(loc) for other in locs):
-            continue
-        msg = _FIXES.get(e["type"], e["msg"].removeprefix("Value error, "))
-        where = ".".join(field_key(p) for p in loc) or _ROOT_FIELDS
-        lines.append((loc, f"{where}: {msg}"))
-    return lines
-
-
-def _unknown_axes_unvalidated(data: dict) -> list[tuple[tuple, str]]:
-    """(path, line) for each unknown axis the requests name, read from the JSON of a spec that failed validation,
-    so that one run reports a misspelled axis beside the validation's problems (where names can be read at all)."""
-    axes = data.get("axes")
-    if not isinstance(axes, list) or not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in axes):
-        return []
-    names = [a["name"] for a in axes]
-    workload = data.get("workload") if isinstance(data.get("workload"), list) else []
-    requests = [(("request",), data.get("request"))] + [(("workload", i), w) for i, w in enumerate(workload)]
-    return [(loc + ("axes",), line) for loc, r in requests
-            if isinstance(r, dict) and isinstance(r.get("axes"), list) and all(isinstance(a, str) for a in r["axes"])
-            for line in unknown_axes(".".join(map(str, loc)), r["axes"], names)]
-
-
-def _in_spec_order(problems: list[tuple[tuple, str]]) -> list[str]:
-    """The lines of (path, line) problems in the order of the spec's fields, list items and a request's fields (the
-    whole spec last)."""
-    top, inner = list(Spec.model_fields), list(WorkloadItem.model_fields)
-
-    def key(loc: tuple) -> tuple[int, ...]:
-        if not loc:
-            return (len(top),)
-        rest = (p if isinstance(p, int) else inner.index(p) if p in inner else len(inner) for p in loc[1:])
-        return (top.index(loc[0]) if loc[0] in top else len(top), *rest)
-    return [line for _, line in sorted(problems, key=lambda p: key(p[0]))]
-
-
-def _user_path(loc: tuple) -> tuple:
-    """An error's path as the user wrote it (without the union member pydantic inserts after some fields)."""
-    return tuple(part for i, part in enumerate(loc) if not (i and part in _UNION_TAGS.get(loc[i - 1], ())))
-
-
-_ROOT_FIELDS = "request/workload"  # the one check on the spec as a whole: give one of them
-
-
-def field_key(part: str | int) -> str:
-    """One step of a field path: an index or a plain key as it is, any other key quoted and shortened."""
-    if isinstance(part, int) or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]{0,39}", part):
-        return str(part)
-    return quote(part, 30)
-
-
-_FIXES = {
-    "extra_forbidden": "unknown field; remove it or fix its spelling (python -m solver.run --print-schema lists the fields)",
-    "missing": "required field is missing; add it (python -m solver.run --print-schema lists the fields)",
-}
-
-
 def parse_spec(text: str) -> Spec:
     """Parse spec JSON text; SpecError with one line per problem."""
     try:
@@ -343,7 +208,8 @@ def parse_spec(text: str) -> Spec:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_in_spec_order(_format_validation_error(e) + _unknown_axes_unvalidated(data))) from None
+        problems = validation_problems(e) + unknown_axes_unvalidated(data)
+        raise SpecError(in_spec_order(problems, list(Spec.model_fields), list(WorkloadItem.model_fields))) from None
     long_names = [f"{field}: {len(name):,} characters, more than {MAX_NAME}; shorten it"
                   for field, name in _names(spec) if len(name) > MAX_NAME]
     if long_names:
@@ -375,11 +241,6 @@ def resolve_hierarchy(value: str | SystemRef | Hierarchy) -> Hierarchy:
         raise SpecError([f"{field}: unknown system {quote(name, 24)}; use one of {', '.join(system_names())} or give levels"]) from None
 
 
-def unknown_axes(field: str, given: list[str], names: list[str]) -> list[str]:
-    """One line per axis in `given` (a request's ``axes`` at `field`) that is not among the axis `names`."""
-    return [f"{field}.axes: unknown axis {quote(a)}; known axes: {_listing(names)}" for a in given if a not in names]
-
-
 def _request_problems(req: RequestSpec, names: list[str], field: str) -> list[str]:
     """The problems of the request at `field` over the axes `names`, one line each."""
     lines = unknown_axes(field, req.axes, names)
@@ -394,12 +255,6 @@ def _request_problems(req: RequestSpec, names: list[str], field: str) -> list[st
 def _request(req: RequestSpec, names: list[str]) -> Request:
     """A checked request (:func:`_request_problems` found none) over indices into the axes `names`."""
     return Request(frozenset(names.index(a) for a in req.axes), req.collective)
-
-
-def _listing(names: list[str], most: int = 6) -> str:
-    """Names for an error line: each quoted and shortened, at most `most` of them."""
-    shown = ", ".join(quote(n, 24) for n in names[:most])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
 
 def build_problem(spec: Spec, deadline: Deadline | None = None, max_placements: int | None = MAX_PLACEMENTS) -> Problem:
@@ -468,7 +323,7 @@ def _requests_problems(spec: Spec, names: list[str]) -> list[str]:
 def _step_problems(step: StepSpec, axes: tuple[Axis, ...], workload: list[WorkloadItem]) -> list[str]:
     """The step section against the axes and the workload, one line per problem."""
     names = [a.name for a in axes]
-    lines = [f"step.roles.{role}: unknown axis {quote(name)}; known axes: {_listing(names)}"
+    lines = [f"step.roles.{role}: unknown axis {quote(name)}; known axes: {listing(names)}"
              for role, name in step.roles.items() if name not in names]
     if len(set(step.roles.values())) != len(step.roles):
         lines.append("step.roles: an axis plays two roles; give each axis one role")

@@ -20,7 +20,7 @@ from p2synth.encodings.deadline import Deadline, SolverGaveUp
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.run import EXIT_CODES, main
 from scripts.bench_synthesis import spec as bench_spec
-from p2synth.solver.spec import field_key
+from p2synth.solver.spec_lines import field_key
 from tests.spec_mutations import mutated_specs, spec_fields
 
 ROOT = Path(__file__).resolve().parent.parent
