@@ -42,15 +42,20 @@ SPEC = {
 SNIPPET = re.compile(r"<!-- training-snippet -->\n```python\n(.*?)```", re.S)
 
 
+def export(workdir: Path, framework: str) -> str:
+    """SPEC solved, its plan written to `workdir`/plan.json, and placement 0 exported for `framework`."""
+    (workdir / "spec.json").write_text(json.dumps(SPEC))
+    run = subprocess.run([sys.executable, "-m", "solver.run", str(workdir / "spec.json"), "--out", str(workdir / "plan.json"),
+                          "--export", framework, "--placement", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> tuple[Path, str]:
     """The plan file of SPEC and its PyTorch module's source."""
     workdir = tmp_path_factory.mktemp("groups")
-    (workdir / "spec.json").write_text(json.dumps(SPEC))
-    run = subprocess.run([sys.executable, "-m", "solver.run", str(workdir / "spec.json"), "--out", str(workdir / "plan.json"),
-                          "--export", "torch", "--placement", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    return workdir / "plan.json", run.stdout
+    return workdir / "plan.json", export(workdir, "torch")
 
 
 def expected_groups(plan: Path, rank: int) -> dict[str, list[int]]:
@@ -89,6 +94,44 @@ def test_each_rank_gets_the_groups_its_placement_gives_it(exported):
     for rank, got in enumerate(world.run(rank_main)):
         assert got == expected_groups(plan, rank)
     assert got["data"] == [1, 3, 5, 7] and got["tensor"] == [6, 7]  # rank 7: the data group spans both nodes
+
+
+# The JAX module's GROUPS, used as a psum's axis_name and a PartitionSpec on 8 host devices (a process of its own:
+# XLA_FLAGS must be set before jax starts). Device r's block is r + 1: a group's psum is the sum of its ranks + 1.
+JAX_JOB = """
+import json, sys
+import jax, numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec
+import plan_jax as plan
+
+mesh = plan.build_mesh()
+ranks = PartitionSpec(plan.MESH_AXIS_NAMES)
+x = np.arange(1, 9, dtype=np.float32)
+out = {name: np.asarray(jax.jit(jax.shard_map(lambda b, axes=axes: lax.psum(b, axes), mesh=mesh, in_specs=ranks,
+                                              out_specs=ranks))(x)).tolist() for name, axes in plan.GROUPS.items()}
+batch = jax.device_put(np.arange(4, dtype=np.float32), jax.NamedSharding(mesh, PartitionSpec(plan.GROUPS["data"])))
+out["data_shards"] = [[int(s.data[0]), s.device.id] for s in batch.addressable_shards]
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.jax
+def test_the_jax_groups_name_the_mesh_axes_of_each_axis_and_request(tmp_path):
+    pytest.importorskip("jax")
+    (tmp_path / "plan_jax.py").write_text(export(tmp_path, "jax"))
+    (tmp_path / "job.py").write_text(JAX_JOB)
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={WORLD}", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(tmp_path))
+    run = subprocess.run([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "out.json")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    for name in ("data", "tensor", "tp_allreduce", "grad_allreduce_32768"):
+        assert out[name] == [sum(r + 1 for r in expected_groups(tmp_path / "plan.json", rank)[name]) for rank in range(WORLD)]
+    # the batch sharded over the data axis: element d on the devices whose data coordinate is d
+    data_of = {rank: expected_groups(tmp_path / "plan.json", rank)["tensor"][0] // 2 for rank in range(WORLD)}
+    assert all(value == data_of[device] for value, device in out["data_shards"])
 
 
 # -- docs/exports.md's training snippet, for real ---------------------------------------
