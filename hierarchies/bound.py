@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, GpuArch, HanAllGather, Hierarchy, NcclProfile
+from p2synth.hierarchies.nccl_tuning import least_call_us
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 
@@ -92,16 +93,27 @@ class Bound:
 
 
 def effective_rate(h: Hierarchy, l: int) -> float:
-    """Bytes/s one device of a busy level-`l` unit gets across level `l`: its link, or its share of the uplink."""
-    link = h.links[l]
-    return link.bandwidth if link.uplink is None else min(link.bandwidth, link.uplink / h.devices_below(l))
+    """Bytes/s one device of a busy level-`l` unit gets across level `l`: the fastest of its link, the fabric's peak
+    (``Level.peak_GBps``) and its reducing switch's rate (``Level.switch_reduce_GBps``), or its share of the
+    uplink."""
+    link, lv = h.links[l], h.levels[l]
+    rate = max([link.bandwidth] + [r * 1e9 for r in (lv.peak_GBps, lv.switch_reduce_GBps) if r is not None])
+    return rate if link.uplink is None else min(rate, link.uplink / h.devices_below(l))
 
 
-def need_bytes(collective: Collective, units: int, members: int, message_bytes: float) -> float:
-    """Bytes one of `units` level-`l` units (of `members` group members each) must send out for `collective`."""
+def switch_reduces(h: Hierarchy, levels: list[int]) -> bool:
+    """Whether the switch of one of `levels` reduces in the network (``Level.switch_reduce``)."""
+    return any(h.levels[l].switch_reduce is not None for l in levels)
+
+
+def need_bytes(collective: Collective, units: int, members: int, message_bytes: float,
+               in_network: bool = False) -> float:
+    """Bytes one of `units` level-`l` units (of `members` group members each) must send out for `collective`;
+    `in_network`: a switch the unit sends through reduces, so an all_reduce's unit sends its contribution to the
+    other units' parts once, ``(1 - 1/u) M``, and the switch brings the sums back."""
     away = 1.0 - 1.0 / units
     return message_bytes * {
-        Collective.ALL_REDUCE: 2.0 * away,
+        Collective.ALL_REDUCE: away if in_network else 2.0 * away,
         Collective.REDUCE_SCATTER: away,
         Collective.ALL_GATHER: away,
         Collective.REDUCE: 1.0,
@@ -138,11 +150,15 @@ def pipelined_factor(collective: Collective, cells_out: int, cells: int) -> floa
 
 def latency_floor(h: Hierarchy, collective: Collective, levels: list[int]) -> float:
     """One latency of every level the request spans: each is spanned by some step, and both cost models charge a
-    step at least one latency per level it spans (a send_recv: the least of them, see the module docstring). Under Open MPI the simulator's coll/han steps (all_reduce,
+    step at least one latency per level it spans (under NCCL, whose own latencies price every step, the least any one
+    NCCL call has: ``hierarchies.nccl_tuning.least_call_us``) (a send_recv: the least of them, see the module docstring). Under Open MPI the simulator's coll/han steps (all_reduce,
     reduce, broadcast across hosts, and all_gather unless ``han_all_gather: flat``) charge none inside a host, so only
     the outermost level counts there."""
     if not levels:
         return 0.0
+    if h.library is CollectiveLibrary.NCCL and collective not in (Collective.SEND_RECV, Collective.ALL_TO_ALL):
+        # NCCL's own latencies price every step (solver/nccl.py); an all_to_all and a shift keep the levels'.
+        return least_call_us(h.nccl or NcclProfile(arch=GpuArch.HOPPER), h) * 1e-6
     if collective is Collective.SEND_RECV:  # one step, each pair paying its own level's latency
         return min(h.links[l].latency for l in levels)
     han = {Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST}
@@ -165,8 +181,9 @@ def lower_bound(placement: Placement, request: Request, message_bytes: float) ->
         members = total // units
         rate = members * math.fsum(effective_rate(h, k) for k in spanned if k <= l)
         factor = pipelined_factor(request.collective, sum(c.level <= l for c in cells), len(cells))
-        out.append(LevelBound(l, units, members, need_bytes(request.collective, units, members, message_bytes),
-                              rate, factor))
+        in_network = switch_reduces(h, [k for k in spanned if k <= l])
+        out.append(LevelBound(l, units, members,
+                              need_bytes(request.collective, units, members, message_bytes, in_network), rate, factor))
     return Bound(latency_floor(h, request.collective, spanned), tuple(out))
 
 

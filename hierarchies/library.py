@@ -36,4 +36,5 @@ def load_system(name: str, nodes: int | None = None) -> Hierarchy:
     if nodes is not None:
         i = info.get("nodes_level", 0)
         levels[i] = levels[i].model_copy(update={"count": nodes})
-    return Hierarchy(name=info["name"] if nodes is None else f"{info['name']}x{nodes}", levels=tuple(levels))
+    extra = {key: info[key] for key in ("library", "nccl") if key in info}
+    return Hierarchy(name=info["name"] if nodes is None else f"{info['name']}x{nodes}", levels=tuple(levels), **extra)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from p2synth.hierarchies.cli import quote
 
@@ -32,6 +32,27 @@ DEFAULT_BANDWIDTH_GBPS = 100.0
 BANDWIDTH_STEP = 4.0
 DEFAULT_LATENCY_US = 2.0
 LATENCY_STEP = 3.0
+
+# Level names that mean "one machine" (shared memory), outermost first wins.
+HOST_LEVEL_NAMES = ("node", "host", "server", "machine")
+
+
+class Fabric(StrEnum):
+    """The class of hardware that joins a level's children, as NCCL's tuning model tells them apart (the rows of its
+    latency table, ``src/graph/tuning.cc``): NVLink (or AMD's xGMI, which RCCL treats alike), PCIe, or the network."""
+
+    NVLINK = "nvlink"
+    PCI = "pci"
+    NET = "net"
+
+
+class SwitchReduction(StrEnum):
+    """A switch that reduces data in the network: ``nvls``, NVLink SHARP (NVSwitch multicast and reduce, H100 and
+    later), used by NCCL's NVLS and NVLSTree algorithms; ``sharp``, InfiniBand SHARP, used by NCCL's CollNet
+    algorithms (direct and chain) when its CollNet plugin is loaded."""
+
+    NVLS = "nvls"
+    SHARP = "sharp"
 
 
 class Level(BaseModel):
@@ -62,6 +83,22 @@ class Level(BaseModel):
     uplink_GBps: float | None = Field(default=None, **RATE_GBPS, description="aggregate bandwidth out of one unit of this level, shared by its devices, GB/s")
     duplex_efficiency: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False,
                                             description="fraction of the one-way rate each direction gets while both carry data")
+    peak_GBps: float | None = Field(default=None, **RATE_GBPS, description="the fabric's datasheet (signalling) rate per device per direction, GB/s, at least bandwidth_GBps: only the lower bound reads it (omitted: bandwidth_GBps), so that no measurement can beat the bound where bandwidth_GBps is an achievable figure below the peak")
+    fabric: Fabric | None = Field(default=None, description="under library nccl, the class of hardware that joins this level's children (nvlink, pci or net): the row of NCCL's latency table, and net levels separate NCCL's nodes; omitted: net at and outside the host level, nvlink inside")
+    switch_reduce: SwitchReduction | None = Field(default=None, description="the switch of this level's fabric reduces in the network: nvls (NVLink SHARP, NVSwitch on H100 and later) or sharp (InfiniBand SHARP through NCCL's CollNet plugin); under library nccl it enables NCCL's NVLS, NVLSTree or CollNet algorithms")
+    switch_reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="with switch_reduce: the rate one device sends into, and receives from, the reducing switch, per direction, GB/s")
+    switch_latency_us: float | None = Field(default=None, **TIME_US, description="with switch_reduce: the latency of one reduction through the switch, microseconds (NCCL's NVLS or CollNet hardware latency)")
+
+    @model_validator(mode="after")
+    def _switch_figures(self) -> Level:
+        given = [self.switch_reduce_GBps is not None, self.switch_latency_us is not None]
+        if self.switch_reduce is not None and not all(given):
+            raise ValueError(f"level {quote(self.name, 24)}: switch_reduce needs switch_reduce_GBps and switch_latency_us")
+        if self.peak_GBps is not None and self.bandwidth_GBps is not None and self.peak_GBps < self.bandwidth_GBps:
+            raise ValueError(f"level {quote(self.name, 24)}: peak_GBps must be at least bandwidth_GBps")
+        if self.switch_reduce is None and any(given):
+            raise ValueError(f"level {quote(self.name, 24)}: switch_reduce_GBps and switch_latency_us need switch_reduce (nvls or sharp)")
+        return self
 
 
 class CollectiveLibrary(StrEnum):
@@ -69,7 +106,9 @@ class CollectiveLibrary(StrEnum):
 
     ``open-mpi``: Open MPI's tuned component (blocking calls) and libnbc
     (non-blocking ones), as the runtime's numpy backend runs them; ``nccl``:
-    NCCL's ring and tree schedules; ``gloo``: PyTorch's CPU backend
+    NCCL's own choice among its algorithms and protocols for every call
+    (ring, tree, NVLS, NVLSTree, CollNet, PAT; ``solver/nccl.py``), priced
+    in both cost models; ``gloo``: PyTorch's CPU backend
     (ProcessGroupGloo over TCP, loopback inside a node): rings in rank order,
     a binomial broadcast, whatever the size; a reduce_scatter as the exported
     modules run it there (``ReduceScatterRun``). A hierarchy without one gets the ideal schedules (the faster of
@@ -149,6 +188,33 @@ class TunedAllReduce(StrEnum):
     FASTEST = "fastest"
 
 
+class GpuArch(StrEnum):
+    """The GPU generation whose columns of NCCL's tuning tables apply (``src/graph/tuning.cc``: Volta, Ampere,
+    Hopper, Blackwell), or ``cdna3`` (AMD MI300X under RCCL, whose own base latencies and protocols apply)."""
+
+    VOLTA = "volta"
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    CDNA3 = "cdna3"
+
+
+class CpuVendor(StrEnum):
+    """The host CPU's vendor, which NCCL's tuning reads for multi-node LL bandwidth and the network post overhead."""
+
+    INTEL = "intel"
+    AMD = "amd"
+
+
+class NcclProfile(BaseModel):
+    """What NCCL's tuning model needs of a system beyond its links: the GPU generation and the host CPU's vendor."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arch: GpuArch = Field(description="GPU generation: volta, ampere, hopper, blackwell, or cdna3 (MI300X, RCCL)")
+    cpu: CpuVendor = Field(default=CpuVendor.INTEL, description="host CPU vendor: intel or amd")
+
+
 @dataclass(frozen=True)
 class Link:
     """Resolved link figures of one level, in SI units (bytes/s, seconds)."""
@@ -168,6 +234,7 @@ class Hierarchy(BaseModel):
     reduce_GBps: float | None = Field(default=None, **RATE_GBPS, description="rate at which a device sums received data into its buffer, GB/s (CPUs; omit for GPUs, where it hides under transfers)")
     step_overhead_us: float | None = Field(default=None, **TIME_US, description="fixed cost of launching one collective step, microseconds (fitted by calibration)")
     library: CollectiveLibrary | None = Field(default=None, description="the library that runs the collectives (open-mpi, nccl, gloo), whose algorithm choices the simulator follows; calibration sets it")
+    nccl: NcclProfile | None = Field(default=None, description="under library nccl: the GPU generation and CPU vendor whose columns of NCCL's tuning tables apply; omitted: hopper, intel")
     reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi or gloo, how a reduce_scatter step runs: exchange (the blocks exchanged and summed: the runtime's pairwise exchange, or the exported module's all_to_all_single on gloo; the default) or library (MPI_Reduce_scatter_block, or gloo's reduce_scatter_tensor, an all_reduce of the whole input, for measurements made before the exchange)")
     han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
     han_all_gather: HanAllGather | None = Field(default=None, description="under open-mpi, how an all_gather that coll/han runs (a group spanning hosts with several members on one) is priced: hierarchical (a gather to each host's leader, an allgather among the leaders, a broadcast inside each host; the default) or flat (the flat group's recursive doubling, for hierarchies recorded before)")
@@ -222,6 +289,21 @@ class Hierarchy(BaseModel):
         for c, count in zip(coords, self.counts, strict=True):
             r = r * count + c
         return r
+
+    @property
+    def host_level(self) -> int:
+        """Index of the level whose units are hosts (shared memory): the outermost level named as in
+        HOST_LEVEL_NAMES, else the innermost level's parent; a cell at this level or an outer one separates hosts.
+        -1 when the hierarchy has one level and none of those names."""
+        names = self.level_names
+        return next((i for i, name in enumerate(names) if name in HOST_LEVEL_NAMES), len(names) - 2)
+
+    def fabric(self, level: int) -> Fabric:
+        """The :class:`Fabric` of `level`: its own, else the network at and outside the host level, NVLink inside."""
+        given = self.levels[level].fabric
+        if given is not None:
+            return given
+        return Fabric.NET if level <= self.host_level else Fabric.NVLINK
 
     def link(self, level: int) -> Link:
         """Link figures of `level`, with the documented defaults filled in."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from p2synth.hierarchies.model import Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import STEP_OPS, Collective, Program, RawProgram, Request, to_raw
 from p2synth.hierarchies.abstract import AbstractState, apply, start_state
@@ -163,16 +163,9 @@ def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, wit
     return out
 
 
-# Level names that mean "one machine" (shared memory), outermost first wins.
-HOST_LEVEL_NAMES = ("node", "host", "server", "machine")
-
-
 def host_level(h: Hierarchy) -> int:
-    """Index of the level whose units are hosts (shared memory): the outermost level named as in HOST_LEVEL_NAMES,
-    else the innermost level's parent; a cell at this level or an outer one separates hosts. -1 when the hierarchy
-    has one level and none of those names."""
-    names = h.level_names
-    return next((i for i, name in enumerate(names) if name in HOST_LEVEL_NAMES), len(names) - 2)
+    """Index of the level whose units are hosts (:attr:`Hierarchy.host_level`)."""
+    return h.host_level
 
 
 @dataclass(frozen=True)
@@ -441,28 +434,39 @@ TREE_BUS_EFFICIENCY = 0.92 * 0.85
 
 @dataclass(frozen=True)
 class Split:
-    """A step of :class:`AlphaBeta` on the whole message, latency and traffic apart (:meth:`AlphaBeta.split`).
+    """A step on the whole message, latency and traffic apart, for each schedule the library may run it with.
 
-    ``latency``, ``traffic`` (per level) and ``busiest`` (its slowest level): the ring (chain) schedule, whose traffic
-    is also what the step keeps each level's links busy with. ``tree_latency`` and ``tree_busiest``: the double
-    binary tree an all_reduce may run instead; for every other op they are the ring's own, so
-    :func:`piece_seconds` takes the ring.
+    ``latency``, ``traffic`` (per level) and ``busiest`` (its slowest level):
+    the ring (chain) schedule, whose traffic is also what the step keeps each
+    level's links busy with. ``others``: the ``(latency, busiest)`` of every
+    other schedule the library may choose (AlphaBeta's tree; under NCCL every
+    other algorithm and protocol, ``solver/nccl.py``), each the ring's own
+    where it cannot run this step, so :func:`piece_seconds` takes the ring
+    there. ``names``: the ring's, then each other's, as reports show them.
     """
 
     latency: Any
     traffic: list[Any]
     busiest: Any
-    tree_latency: Any
-    tree_busiest: Any
+    others: tuple[tuple[Any, Any], ...] = ()
+    names: tuple[str, ...] = ("ring",)
 
 
 def piece_seconds(alg: Algebra, split: Split, pieces: int) -> Any:
-    """Seconds of a step on one of `pieces` pieces: the cheaper of its ring, ``latency + busiest / pieces``, and
-    its tree, ``tree_latency + tree_busiest / pieces`` (the ring on a tie). ``AlphaBeta.on_piece`` and
-    ``solver.stepcosts.SplitCosts`` both evaluate this, so the search's step costs are the model's bit for bit."""
-    ring = split.latency + split.busiest / pieces
-    tree = split.tree_latency + split.tree_busiest / pieces
-    return alg.ite(tree < ring, tree, ring)
+    """Seconds of a step on one of `pieces` pieces: the cheapest of its schedules, each ``latency + busiest /
+    pieces`` (the earlier on a tie). ``AlphaBeta.on_piece`` and ``solver.stepcosts.SplitCosts`` both evaluate
+    this, so the search's step costs are the model's bit for bit."""
+    best = split.latency + split.busiest / pieces
+    for latency, busiest in split.others:
+        t = latency + busiest / pieces
+        best = alg.ite(t < best, t, best)
+    return best
+
+
+def chosen_schedule(split: Split, pieces: int = 1) -> str:
+    """The name of the schedule :func:`piece_seconds` takes for a concretely evaluated `split` (``PY``)."""
+    times = [split.latency + split.busiest / pieces] + [lat + b / pieces for lat, b in split.others]
+    return split.names[min(range(len(times)), key=lambda i: (times[i], i))]
 
 
 def tree_latency(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any]) -> Any:
@@ -535,8 +539,10 @@ class AlphaBeta:
         if self.request.collective is Collective.ALL_TO_ALL:  # its only steps; no other request has any
             latency = all_to_all_latency(alg, self.placement, shape, S)
             traffic = level_traffic(alg, self.placement, op, shape, S, Z, exchange=True)
-            busiest = slowest(alg, traffic)
-            return Split(latency, traffic, busiest, latency, busiest)
+            return Split(latency, traffic, slowest(alg, traffic))
+        if h.library is CollectiveLibrary.NCCL:
+            from p2synth.solver.nccl import nccl_split  # it builds on this module
+            return nccl_split(alg, self.placement, shape, op, S, Y, Z)
         spans, k = shape.spans, shape.k
         is_ar = alg.is_op(op, Collective.ALL_REDUCE)
         rounds = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
@@ -547,8 +553,8 @@ class AlphaBeta:
         busiest = slowest(alg, traffic)
         tree = slowest(alg, level_traffic(alg, self.placement, op, shape, S, Z,
                                           volume=shape.m * (2.0 / TREE_BUS_EFFICIENCY)))
-        return Split(latency, traffic, busiest, alg.ite(is_ar, tree_latency(alg, self.placement, shape, S), latency),
-                     alg.ite(is_ar, tree, busiest))
+        return Split(latency, traffic, busiest, ((alg.ite(is_ar, tree_latency(alg, self.placement, shape, S), latency),
+                                                   alg.ite(is_ar, tree, busiest)),), ("ring", "tree"))
 
     def on_piece(self, alg: Algebra, op: Any, S: Sequence[Any], Y: Sequence[Any], Z: Sequence[Any]) -> tuple[Any, list[Any]]:
         """(seconds, per-level traffic) of one step on one piece: :meth:`step_time` and :meth:`traffic` at once."""

@@ -8,7 +8,7 @@ asked for (an op, its slice, the scattered and rooted cells; nothing else
 enters a step's cost) is evaluated and compared with the same case with each
 class's cells sorted, which lies in the same orbit. The values compared are
 everything the search reads: the model's :class:`~solver.cost.Split` (latency,
-per-level traffic, the busiest level, the tree's latency and traffic), from
+per-level traffic, the busiest level, every other schedule's latency and traffic), from
 which every piece count's step cost is computed. Equal within 1e-12 relative,
 as the unfolded search's own symmetry check (``solver.pipelined_certificate``).
 """
@@ -115,15 +115,15 @@ def _canonical_codes(classes: Classes, B: int) -> np.ndarray:
 
 def _values(split, op_code: int, digits: np.ndarray, inside: tuple[bool, bool],
             options: list[tuple[bool, bool]]) -> np.ndarray:
-    """The model's split of each case (columns of `digits`; rows out: latency, each level's traffic, busiest, tree
-    latency, tree busiest)."""
+    """The model's split of each case (columns of `digits`; rows out: latency, each level's traffic, busiest, then
+    each other schedule's latency and busiest)."""
     S = digits == 0
     out = np.maximum(digits - 1, 0)
     Y = np.where(S, inside[0], np.array([o[0] for o in options])[out])
     Z = np.where(S, inside[1], np.array([o[1] for o in options])[out])
     n = digits.shape[1]
     found = split(ARRAYS, np.full(n, op_code), list(S), list(Y), list(Z))
-    rows = [found.latency, *found.traffic, found.busiest, found.tree_latency, found.tree_busiest]
+    rows = [found.latency, *found.traffic, found.busiest, *(v for other in found.others for v in other)]
     return np.stack([np.broadcast_to(np.asarray(r, dtype=np.float64), (n,)) for r in rows])
 
 

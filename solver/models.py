@@ -11,7 +11,8 @@ from typing import Any
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
-from p2synth.solver.cost import AlphaBeta, Algebra, CostModel, raw_program_cost
+from p2synth.hierarchies.abstract import apply, start_state
+from p2synth.solver.cost import PY, AlphaBeta, Algebra, CostModel, chosen_schedule, mask_bits, raw_program_cost
 from p2synth.solver.simulator import Simulator
 
 
@@ -49,6 +50,23 @@ def program_cost_and_steps(placement: Placement, request: Request, program: Prog
     cells = request.reduced_cells(placement)
     models = lambda pieces: cost_model(placement, request, message_bytes, kind, pieces)
     return raw_program_cost(models, request.collective, len(cells), to_raw(program, cells), program.pipeline)
+
+
+def step_schedules(placement: Placement, request: Request, program: Program, message_bytes: float) -> list[str]:
+    """The schedule each step of `program` runs, as the cost models price it on one of its pieces: under
+    ``library: nccl`` NCCL's algorithm and protocol (``Ring/LL128``, ``NVLS/Simple``, ...: what the result JSON's
+    ``nccl_algorithms`` and the table show), else AlphaBeta's ``ring`` or ``tree`` (the simulator's own Open MPI
+    and gloo algorithms are not named); ``pairwise`` for an all_to_all's steps, ``shift`` for a send_recv."""
+    cells = request.reduced_cells(placement)
+    if request.collective in (Collective.ALL_TO_ALL, Collective.SEND_RECV):
+        return ["pairwise" if request.collective is Collective.ALL_TO_ALL else "shift"] * len(program.steps)
+    model = AlphaBeta(placement, request, message_bytes / program.pipeline)
+    state, out = start_state(request.collective, len(cells)), []
+    for op, mask in to_raw(program, cells):
+        bits = [mask_bits(x, len(cells)) for x in (mask, state.Y, state.Z)]
+        out.append(chosen_schedule(model.split(PY, op, *bits)))
+        state = apply(state, op, mask)
+    return out
 
 
 @dataclass(frozen=True)

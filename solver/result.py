@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Request
 from p2synth.solver.planner import SweepResult, RequestResult
 from p2synth.solver.search import Ranked, Solution
+from p2synth.solver.models import step_schedules
 from p2synth.solver.spec import Problem
 
 
 def ranked_json(r: Ranked, solution: Solution, with_verified: bool = True) -> dict:
-    """A program entry: steps, predicted cost, per-step costs, and the check outcome."""
+    """A program entry: steps, predicted cost, per-step costs, under ``library: nccl`` the algorithm and protocol
+    NCCL runs each step with (as the model prices it), and the check outcome."""
     out = r.program.to_json(solution.placement)
     out["cost_s"] = r.cost_s
     out["step_costs_s"] = list(r.step_costs_s)
+    if solution.placement.hierarchy.library is CollectiveLibrary.NCCL:
+        out["nccl_algorithms"] = step_schedules(solution.placement, solution.request, r.program, solution.message_bytes)
     if with_verified:
         out["verified"] = r.verified
     return out

@@ -51,6 +51,9 @@ the emulated cluster call for (see ``docs/simulator.md``):
   stage and an inter-host stage among one leader per host; an all_gather
   there is a gather to the leader, the leaders' allgather and a broadcast
   inside the host, one after the other.
+* NCCL (``Hierarchy.library`` ``nccl``): NCCL's own choice among its
+  algorithms and protocols for every step, as AlphaBeta prices it
+  (``solver/nccl.py``), plus the per-step overhead.
 * gloo (``Hierarchy.library`` ``gloo``: PyTorch's CPU backend,
   ProcessGroupGloo): one algorithm per collective whatever the size
   (:func:`gloo_times`): rings in rank order for all_reduce, all_gather and
@@ -77,8 +80,9 @@ from typing import Any
 from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, ReduceScatterRun, TunedAllReduce
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
-from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, shift_time,
-                                 shift_traffic, step_shape, step_traffic)
+from p2synth.solver.cost import (Algebra, StepShape, all_to_all_time, host_level, level_time, piece_seconds,
+                                 shift_time, shift_traffic, step_shape, step_traffic)
+from p2synth.solver.nccl import nccl_split
 
 
 def _min(alg: Algebra, a: Any, b: Any) -> Any:
@@ -523,6 +527,9 @@ class Simulator:
         if self.request.collective is Collective.SEND_RECV:  # its one step: every device sends and receives at once
             traffic = shift_traffic(alg, self.placement, shape, S, Z)
             return shift_time(alg, self.placement, shape, traffic, two_way) + (h.step_overhead_us or 0.0) * 1e-6
+        if h.library is CollectiveLibrary.NCCL:  # NCCL's own choice of algorithm and protocol (solver/nccl.py)
+            split = nccl_split(alg, self.placement, shape, op, S, Y, Z)
+            return piece_seconds(alg, split, 1) + (h.step_overhead_us or 0.0) * 1e-6
         factors, levels = shape.factors, shape.levels
         m, m_over_k, m_times_k = shape.m, shape.m_over_k, shape.m_times_k
 

@@ -99,8 +99,8 @@ class SplitCosts:
     """One evaluation of a cost model that splits a step into latency and traffic (``solver.cost.AlphaBeta.split``)
     on every distinct case of a state space: the step costs of every piece count, and the whole message's traffic.
 
-    On one of ``P`` pieces such a model's step takes the cheaper of its ring, ``latency + busiest / P``, and its
-    tree, ``tree_latency + tree_busiest / P`` (``solver.cost.piece_seconds``): :meth:`on_pieces` computes exactly
+    On one of ``P`` pieces such a model's step takes the cheapest of its schedules, each ``latency + busiest / P``
+    (``solver.cost.piece_seconds``): :meth:`on_pieces` computes exactly
     that, case by case, with the model's own function, so its values equal the model's evaluated at ``P``
     (``tests/test_pipeline.py`` holds them equal bit for bit).
     """
@@ -109,12 +109,11 @@ class SplitCosts:
     latency: np.ndarray  # per case
     traffic: np.ndarray  # (levels, cases), the whole message
     busiest: np.ndarray  # per case, the slowest level's traffic
-    tree_latency: np.ndarray  # per case, the tree's (the ring's where the step has no tree)
-    tree_busiest: np.ndarray
+    others: np.ndarray  # (schedules, 2, cases): each other schedule's latency and busiest (the ring's where it can't run)
 
     def on_pieces(self, pieces: int) -> EdgeCosts:
         """The step costs on one of `pieces` pieces."""
-        split = Split(self.latency, list(self.traffic), self.busiest, self.tree_latency, self.tree_busiest)
+        split = Split(self.latency, list(self.traffic), self.busiest, tuple((o[0], o[1]) for o in self.others))
         return EdgeCosts(self.space, np.asarray(piece_seconds(ARRAYS, split, pieces), dtype=np.float64))
 
 
@@ -128,8 +127,10 @@ def split_costs(space: StateSpace, model: CostModel, deadline: Deadline | None =
     cases = step_cases(space)
     found = split(ARRAYS, cases.op, *case_bits(space))
     per_case = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), cases.op.shape)
+    others = np.asarray([[per_case(lat), per_case(b)] for lat, b in found.others], dtype=np.float64).reshape(
+        len(found.others), 2, cases.op.size)
     return SplitCosts(space, per_case(found.latency), np.stack([per_case(t) for t in found.traffic]),
-                      per_case(found.busiest), per_case(found.tree_latency), per_case(found.tree_busiest))
+                      per_case(found.busiest), others)
 
 
 def edge_traffic(space: StateSpace, model: CostModel) -> np.ndarray:

@@ -7,6 +7,7 @@ import math
 from hypothesis import strategies as st
 
 from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, Request
+from p2synth.hierarchies.model import CpuVendor, Fabric, GpuArch, NcclProfile, SwitchReduction
 from p2synth.hierarchies.program import Program, Step
 
 
@@ -45,3 +46,21 @@ def random_programs(draw, placement: Placement, request: Request, max_steps: int
         min_size=1, max_size=max_steps,
     ))
     return Program(tuple(Step(op, tuple(sorted(s))) for op, s in steps))
+
+
+@st.composite
+def nccl_level_figures(draw) -> dict:
+    """A level's NCCL figures: its fabric (or none), and a reducing switch (NVLS or SHARP) with its rate and latency,
+    or none."""
+    switch = draw(st.sampled_from([None, *SwitchReduction]))
+    figures = {"fabric": draw(st.sampled_from([None, *Fabric]))}
+    if switch is not None:
+        figures.update(switch_reduce=switch, switch_reduce_GBps=draw(st.sampled_from([0.4, 3.0, 80.0])),
+                       switch_latency_us=draw(st.sampled_from([1.0, 25.0])))
+    return figures
+
+
+def nccl_profiles() -> st.SearchStrategy:
+    """NCCL's profile of a system (GPU generation, CPU vendor), or none."""
+    return st.one_of(st.none(), st.builds(NcclProfile, arch=st.sampled_from(list(GpuArch)),
+                                          cpu=st.sampled_from(list(CpuVendor))))

@@ -159,8 +159,10 @@ def cases(draw):
         "bandwidth_GBps": draw(st.sampled_from([0.5, 1.0, 4.0, 25.0, 100.0])),
         "latency_us": draw(st.sampled_from([0.5, 2.0, 10.0, 40.0])),
         "uplink_GBps": draw(st.sampled_from([None, 1.0, 3.0, 50.0])),
-        "duplex_efficiency": draw(st.sampled_from([None, 0.5, 0.8]))}) for lv in p.hierarchy.levels)
+        "duplex_efficiency": draw(st.sampled_from([None, 0.5, 0.8])),
+        **draw(strategies.nccl_level_figures())}) for lv in p.hierarchy.levels)
     h = Hierarchy(levels=levels, library=draw(st.sampled_from([None, *CollectiveLibrary])),
+                  nccl=draw(strategies.nccl_profiles()),
                   reduce_GBps=draw(st.sampled_from([None, 5.0])), step_overhead_us=draw(st.sampled_from([None, 20.0])))
     p = Placement(h, p.axes, p.matrix)
     request = draw(strategies.requests(p))

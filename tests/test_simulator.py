@@ -101,7 +101,7 @@ def test_open_mpi_reduce_scatter_over_four_members_pays_one_alpha_per_peer():
 
 def test_other_libraries_keep_their_reduce_scatter():
     big = float(1 << 26)
-    for library in (None, CollectiveLibrary.NCCL):
+    for library in (None,):  # NCCL prices every step by its own choice (tests/test_nccl_model.py)
         assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
     # the other collectives do not change under Open MPI: with one member per host coll/han passes every call to coll/tuned
     for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
@@ -137,7 +137,7 @@ def test_open_mpi_library_reduce_scatter_of_small_blocks_and_other_libraries_kee
     small = float(128 << 10)  # 64 KiB per member: Open MPI runs butterfly, the bandwidth-optimal schedule
     assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, small) == _t(_pair(), RS, small)
     big = float(1 << 26)
-    for library in (None, CollectiveLibrary.NCCL):
+    for library in (None,):  # NCCL prices every step by its own choice (tests/test_nccl_model.py)
         assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
     # the other collectives do not change: with one member per host coll/han passes every call to coll/tuned
     for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
@@ -190,7 +190,6 @@ def test_open_mpi_nonblocking_all_reduce_of_four_members_is_binomial_under_64_ki
     # other libraries, and blocking calls, keep the faster of recursive doubling and the ring
     for m in (small, big):
         assert _t(_four(library=None), AR, m, nonblocking=True) == _t(_four(library=None), AR, m)
-        assert _t(_four(library=CollectiveLibrary.NCCL), AR, m, nonblocking=True) == _t(_four(library=None), AR, m)
     assert _t(_four(), AR, small) < _t(_four(), AR, small, nonblocking=True)
 
 
@@ -361,7 +360,8 @@ def test_open_mpi_han_leaves_one_host_groups_one_member_per_host_nonblocking_ste
             assert _step(tuned, op, m, S) == _step(_han_flat(library=None), op, m, S)
         # a pipelined program's pieces run non-blocking (libnbc): no coll/han
         assert _step(_han_flat(), op, m, 0b11, nonblocking=True) == _step(_han_flat(library=None), op, m, 0b11, nonblocking=True)
-        assert _step(_han_flat(library=CollectiveLibrary.NCCL), op, m, 0b11) == _step(_han_flat(library=None), op, m, 0b11)
+        # under NCCL no coll/han either: NCCL's own choice (tests/test_nccl_model.py)
+        assert _step(_han_flat(library=CollectiveLibrary.NCCL), op, m, 0b11) != _step(_han_flat(), op, m, 0b11)
 
 
 def test_open_mpi_han_all_gather_is_a_gather_the_leaders_allgather_and_a_broadcast_one_after_the_other():
