@@ -834,3 +834,12 @@ def test_the_by_kind_tool_refuses_a_missing_or_foreign_file_in_one_line(tmp_path
                            text=True, timeout=60)
         assert r.returncode == 2 and r.stdout == "", (args, r.stdout)
         assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, (args, r.stderr)
+
+
+def test_recorded_predictions_are_kept_only_where_every_program_recorded_one():
+    from scripts.accuracy.cases import RECORDED, recorded_predictions
+
+    both = [{"predicted_at_start_s": {"simulator": 0.2, "alpha-beta": 0.1}}, {"predicted_at_start_s": {"simulator": 0.3}}]
+    assert recorded_predictions(both) == {RECORDED: [0.2, 0.3]}
+    assert recorded_predictions([both[0], {}]) == {}
+    assert recorded_predictions([both[0], {"predicted_at_start_s": {"alpha-beta": 0.3}}]) == {}

@@ -175,3 +175,24 @@ def test_the_sixth_campaigns_readme_shows_the_losing_picks_and_the_programs_by_k
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() in (ROOT / "docs/accuracy/frozen-4x2x2/README.md").read_text()
+
+
+def test_the_frozen_campaigns_headline_is_the_predictions_recorded_before_timing():
+    """Issue 47: a frozen campaign's headline figures come from the predictions recorded before timing; the figures
+    after the post-hoc fit stand beside them, named so. The sixth campaign's: strict top-1 23 of 39, error 0.154
+    (the target missed), 7 of 39 picks more than 5% slower than the default, where the post-hoc fit gives 20 of 39,
+    0.108 and 8 of 39."""
+    doc = json.loads((ROOT / "docs/accuracy/frozen-4x2x2/summary.json").read_text())
+    recorded = doc["recorded_before_timing"]
+    assert doc["headline"].startswith("recorded_before_timing")
+    assert recorded["cases"] == doc["cases"] == 39
+    assert round(recorded["top1_strict"] * 39) == 23 and round(doc["top1_strict"] * 39) == 20
+    assert round(recorded["median_rel_error"], 3) == 0.154 and round(doc["median_rel_error"], 3) == 0.108
+    assert round(recorded["pick_loss_5pct"] * 39) == 7 and round(doc["pick_loss_5pct"] * 39) == 8
+    table = _table("docs/accuracy/frozen-4x2x2/summary.json")
+    assert table.startswith("|  | simulator, recorded before timing (headline) | simulator, post-hoc fit |")
+    assert "| median relative error | 15% | 11% |" in table
+    for folder in ("frozen", "frozen-3x2x2", "frozen-6x2", "frozen-4x3", "frozen-2x2x3", "exchange"):
+        assert json.loads((ROOT / f"docs/accuracy/{folder}/summary.json").read_text())["recorded_before_timing"]
+    main = json.loads((ROOT / "docs/accuracy/summary.json").read_text())  # measured before predictions were recorded
+    assert main["recorded_before_timing"] is None and main["headline"].startswith("post hoc")

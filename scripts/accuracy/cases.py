@@ -175,8 +175,20 @@ def combo_cases(testbed: str, h: Hierarchy, combo: dict, fit_every: int) -> list
             intervals=[measured_interval(r) for r in rs],
             spreads=[relative_spread(r["repeats_s"]) if r.get("repeats_s") else 0.0 for r in rs],
             halves=[halves(r) for r in rs],
-            rounds=[tuple(r["repeats_s"]) if r.get("repeats_s") else (r["time_s"],) for r in rs]))
+            rounds=[tuple(r["repeats_s"]) if r.get("repeats_s") else (r["time_s"],) for r in rs],
+            predicted=recorded_predictions(rs)))
     return cases
+
+
+RECORDED = "recorded"  # the key of the predictions recorded before timing in Case.predicted
+
+
+def recorded_predictions(results: list[dict]) -> dict[str, list[float]]:
+    """``{RECORDED: [...]}``: the simulator's predictions of `results`' programs that a frozen campaign recorded before
+    timing them (``predicted_at_start_s``, on the calibrated hierarchy, no constant fitted after); empty where any
+    program lacks one."""
+    recorded = [(r.get("predicted_at_start_s") or {}).get("simulator") for r in results]
+    return {} if None in recorded else {RECORDED: recorded}
 
 
 def contention_ratios(raw: dict) -> dict[str, float]:

@@ -13,7 +13,7 @@ import statistics
 
 from scripts.accuracy.aggregate import aggregate, by_pipeline, case_metrics, oracle, placement_spread
 from scripts.accuracy.baselines import baselines
-from scripts.accuracy.cases import Case, contention_ratios, load_cases
+from scripts.accuracy.cases import RECORDED, Case, contention_ratios, load_cases
 from scripts.accuracy.fit import fit_constants, predict_all
 from scripts.accuracy.validation import frozen_check, tuner_out_of_sample
 
@@ -26,7 +26,8 @@ BREAKDOWNS = (("testbed", "by_testbed"), ("nbytes", "by_size"), ("collective", "
 def build_report(raw: dict) -> dict:
     """The report of a raw document: the split, each model's fitted constants and hierarchies, the noise per size,
     each model's figures over the held-out cases (overall, by testbed, size, collective and pipelining) and over the
-    fit subset, the oracle's and the tuner's, and every case with every measured program."""
+    fit subset, the simulator's predictions recorded before timing over the same held-out cases (``summary.recorded``,
+    where every program recorded one: a frozen campaign's headline), the oracle's and the tuner's, and every case with every measured program."""
     cases, hierarchies = load_cases(raw)
     fitted, fit_info = {}, {}
     for kind in MODELS:  # every model gets the same fitting, on the same fit subset
@@ -51,6 +52,8 @@ def build_report(raw: dict) -> dict:
             for value in sorted({_group(c, attr) for c in held}, key=str):
                 sub = [c for c in held if _group(c, attr) == value]
                 report[dest].setdefault(str(value), {})[key] = aggregate(sub, key)
+    if held and all(RECORDED in c.predicted for c in held):  # a frozen campaign: its headline (issue 47)
+        report["summary"][RECORDED] = aggregate(held, RECORDED)
     report["summary"]["oracle"] = oracle(held)
     report["summary"]["baselines"] = baselines(held)
     report["summary"]["tuner_oos"] = tuner_out_of_sample(raw)
