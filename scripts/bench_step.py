@@ -94,6 +94,7 @@ from scipy.stats import spearmanr
 from p2synth.hierarchies.cli import ArgumentParser, UsageError, count_argument, write_json_atomic, write_text_atomic
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.step import StepSpec
+from p2synth.runtime.provenance import checkout_state
 from p2synth.runtime.stats import FASTER, SLOWER, paired_verdict
 from scripts.accuracy.suite import Testbed
 from scripts.bench_limit import TESTBEDS as LIMIT_TESTBEDS, _names
@@ -602,8 +603,9 @@ def measure_job(args: argparse.Namespace, tag: str, job: str, fitted: Hierarchy,
 def measure(args: argparse.Namespace, log) -> dict:
     """Every testbed and job of the command line; the raw document (written to ``--out`` after every placement)."""
     args.workdir.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    raw = {"started": now(), "command": sys.argv, "commit": commit or None, **({"model": args.model} if args.model else {}),
+    checkout = checkout_state()
+    raw = {"started": now(), "command": sys.argv, "commit": checkout["commit"], "checkout": checkout,
+           **({"model": args.model} if args.model else {}),
            "settings": {"rounds": args.rounds, "warmup": args.warmup, "poll_sleep_us": args.poll_sleep_us,
                         "guard": args.guard,
                         "calibrate_bytes": args.calibrate_bytes,

@@ -715,6 +715,9 @@ def test_a_resumed_campaign_measures_only_the_missing_combos(monkeypatch, tmp_pa
     full = measure_suite(TWO_TESTBEDS, tmp_path, tmp_path / "a.raw.json", log=lambda s: None)
     counts = {tb["testbed"]["name"]: len(tb["combos"]) for tb in full["testbeds"]}
     assert counts == {"2x2-1gbit": 3, "2x2-1gbit-b": 3}
+    # every raw document records its commit and times, frozen suite or not (issue 47)
+    from p2synth.runtime.provenance import checkout_state
+    assert full["checkout"]["commit"] == checkout_state()["commit"] and full["started"] <= full["finished"]
     # cut the second testbed short, as a stopped run leaves it: its first two combos only (one of them failed)
     partial = json.loads(json.dumps(full))
     partial["testbeds"][1]["combos"] = partial["testbeds"][1]["combos"][:2]

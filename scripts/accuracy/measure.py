@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from p2synth.hierarchies.model import Hierarchy
+from p2synth.runtime.provenance import checkout_state
 from p2synth.solver.models import CostModelKind
 from p2synth.hierarchies.program import default_program
 from scripts.accuracy.programs import (
@@ -70,7 +71,8 @@ def measure_suite(suite: Suite, workdir: Path, raw_path: Path, log=print, only: 
     combos and measures only those missing (or failed) there (:func:`measure_testbed`).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    raw = {"suite": suite.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "testbeds": []}
+    raw = {"suite": suite.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "checkout": checkout_state(), "testbeds": []}  # the commit, frozen or not (issue 47)
     if suite.frozen:
         raw["model"] = model_freeze()
     if resume is not None and not measured_with(resume, suite):
