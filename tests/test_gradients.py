@@ -7,6 +7,8 @@ descriptions with each other, never with hard-coded times: the GPU constants of 
 """
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -114,3 +116,12 @@ def test_in_a_step_a_gradient_must_run_over_the_data_axis():
     lines = spec_errors(job({**MARKED, "axes": ["tensor"], "count": 2}, STEP))
     assert lines == ["workload.1.gradient: in a step a gradient's buckets overlap the backward pass over the data axis "
                      "('data'); reduce it over that one axis, or drop \"gradient\""]
+
+
+def test_the_first_table_says_which_buckets_it_priced(tmp_path):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job(MARKED)))
+    run = subprocess.run([sys.executable, "-m", "solver.run", str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert ("grad_allreduce: gradient of 1 GiB priced as 41 buckets of 25 MiB (the last 24 MiB), summed"
+            in " ".join(run.stdout.split()))
