@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.text import Text
 
 from p2synth.hierarchies.bound import of_bound_text
+from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.placement import Placement
 from p2synth.solver.gradients import bucket_notes
+from p2synth.solver.models import step_schedules
 from p2synth.solver.planner import SweepResult
 from p2synth.solver.spec import Problem
 from p2synth.solver.textgrid import NO_BREAK, Column, Grid, Row
@@ -70,9 +72,22 @@ def placement_line(placement: Placement) -> tuple[str, ...]:
     return placement.describe(), matrix_text(placement.matrix)
 
 
-def _program_text(ranked, placement: Placement) -> str:
-    """A ranked program's text (``RS(data@gpu) -> ...``), ``-`` where there is none; ``x16 pieces`` never folded."""
-    return ranked.program.text(placement).replace(" pieces", NO_BREAK + "pieces") if ranked else "-"
+def _program_text(ranked, solution) -> str:
+    """A ranked program's text (``RS(data@gpu) -> ...``), ``-`` where there is none; ``x16 pieces`` never folded.
+    Under ``library: nccl`` it ends with the algorithm and protocol NCCL runs each step with, as the model prices
+    them (``NCCL: Ring/Simple, NVLS/Simple``)."""
+    if not ranked:
+        return "-"
+    text = ranked.program.text(solution.placement).replace(" pieces", NO_BREAK + "pieces")
+    if _nccl(solution) and ranked.program.steps:
+        schedules = step_schedules(solution.placement, solution.request, ranked.program, solution.message_bytes)
+        text += f"  (NCCL: {', '.join(schedules)})"
+    return text
+
+
+def _nccl(solution) -> bool:
+    """Whether `solution`'s hierarchy runs NCCL (the tables then name NCCL's algorithm per step)."""
+    return solution.placement.hierarchy.library is CollectiveLibrary.NCCL
 
 
 def _proof(ok: bool, timed_out: bool) -> str:
@@ -102,7 +117,8 @@ def single_grid(problem: Problem, plan: SweepResult, max_steps: int) -> Grid:
             (str(i), in_unit(s.default.cost_s, unit), in_unit(best.cost_s, unit) if best else "-", f"{s.speedup:.2f}x",
              of_bound_text(s.of_bound), "-" if s.program_count is None else f"{s.program_count:,}",
              _proof(s.optimal, s.timed_out)),
-            (placement_line(s.placement), (f"best: {_program_text(best, s.placement)}",))))
+            (placement_line(s.placement), (f"best: {_program_text(best, s)}",))
+            + (((f"default: {_program_text(s.default, s)}",),) if _nccl(s) else ())))
     return grid
 
 
@@ -161,7 +177,7 @@ def programs_grid(problem: Problem, plan: SweepResult) -> Grid:
         grid.rows.append(Row(
             (r.named.name, fmt_time(r.best_s), fmt_time(sol.default.cost_s), fmt_time(sol.bound_s), of_bound_text(sol.of_bound),
              "-" if sol.program_count is None else f"{sol.program_count:,}"),
-            ((f"{r.named.request.collective.value}({axes}): {_program_text(sol.best, best.placement)}",),)))
+            ((f"{r.named.request.collective.value}({axes}): {_program_text(sol.best, sol)}",),)))
     return grid
 
 

@@ -20,6 +20,7 @@ from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy, Level
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import STEP_OPS, Collective, Request, default_program
 from p2synth.solver import nccl
+from p2synth.hierarchies.nccl_tuning import Algo, Proto
 from p2synth.solver.cost import ARRAYS, OP_CODES, PY, AlphaBeta, mask_bits, piece_seconds
 from p2synth.solver.models import CostModelKind, program_cost, step_schedules
 from p2synth.solver.simulator import Simulator
@@ -176,3 +177,26 @@ def test_nccl_level_figures_are_checked():
     with pytest.raises(ValueError, match="peak_GBps must be at least bandwidth_GBps"):
         Level(name="gpu", count=8, bandwidth_GBps=100.0, peak_GBps=50.0)
     assert Hierarchy(levels=(Level(name="node", count=2), Level(name="gpu", count=8))).fabric(0).value == "net"
+
+
+def test_the_json_and_the_table_name_what_nccl_runs(tmp_path):
+    """Every program of a dgx-a100 plan names NCCL's algorithm and protocol per step in the JSON, and the table prints
+    the same names after the best program and the default."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "plan.json"
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "solver.run", "examples/dgx-a100-dp-tp.json", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    names = {f"{a}/{p}" for a in Algo for p in Proto}
+    for placement in json.loads(out.read_text())["placements"]:
+        for program in [placement["default"], *placement["programs"]]:
+            assert len(program["nccl_algorithms"]) == len(program["steps"]) and set(program["nccl_algorithms"]) <= names
+        best, default = placement["programs"][0], placement["default"]
+        assert f"(NCCL: {', '.join(best['nccl_algorithms'])})" in proc.stdout
+        assert f"default: AR(data@node,data@gpu)  (NCCL: {default['nccl_algorithms'][0]})" in proc.stdout
