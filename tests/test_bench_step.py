@@ -329,6 +329,7 @@ def test_committed_tables_and_summary_are_rebuilt_from_the_raw_data(tmp_path):
     for raw, summary_path in (("step.raw.json", ROOT / "docs" / "measurements" / "step-summary.json"),
                               ("step16.raw.json", ROOT / "docs" / "measurements" / "step16-summary.json"),
                               ("step16b.raw.json", ROOT / "docs" / "measurements" / "step16b-summary.json"),
+                              ("step16b-guard.raw.json", ROOT / "docs" / "measurements" / "step16b-guard-summary.json"),
                               ("step-before.raw.json", None)):
         md, out = tmp_path / f"{raw}.md", tmp_path / f"{raw}.summary.json"
         r = subprocess.run([sys.executable, "-m", "scripts.bench_step", "--from-raw", f"docs/measurements/step/{raw}",
@@ -403,3 +404,25 @@ def test_a_guarded_campaign_scores_the_guarded_step_against_the_defaults_and_the
     assert s["guarded_regret_by_job"] == {"a": pytest.approx(1.1), "b": pytest.approx(1.0)}
     assert s["guard_vs_plan_by_job"]["a"] == {"faster": 3, "slower": 0, "placements": 3}
     assert "guarded_regret" not in summary(rows(RAW))["tb"]  # an unguarded campaign has none
+
+
+def test_the_guarded_campaign_meets_its_targets_from_its_raw_file():
+    """The fifth step campaign (issue 47, item 1), frozen first on the fourth's testbed and jobs: every placement ran
+    the guarded step beside the defaults and the plan untuned; no job's pick (placement 0) lost to its defaults by the
+    paired test, and the guarded pick's regret against the best configuration, defaults included, has a median of
+    at most 1.05 over the jobs. Recomputed from the raw file, not read from the summary."""
+    from p2synth.runtime.stats import SLOWER, paired_verdict
+    from scripts.bench_step import rows, summary
+
+    raw = json.loads((ROOT / "docs" / "measurements" / "step" / "step16b-guard.raw.json").read_text())
+    fourth = json.loads((ROOT / "docs" / "measurements" / "step" / "step16b.raw.json").read_text())
+    assert raw["settings"]["guard"] and raw["model"]["commit"] == raw["checkout"]["commit"]
+    assert not raw["checkout"]["dirty"] and raw["model"]["commit_time"] < raw["started"]
+    jobs = lambda r: sorted(j["job"] for tb in r["testbeds"] for j in tb["jobs"])
+    assert jobs(raw) == jobs(fourth) and [tb["testbed"]["name"] for tb in raw["testbeds"]] == ["2x4x2-1gbit-400mbit"]
+    s = summary(rows(raw))["2x4x2-1gbit-400mbit"]
+    assert s["placements"] == 21 and s["failed"] == 0 and s["wrong_elements"] == 0
+    assert s["guarded_regret"] <= 1.05 and max(s["guarded_regret_by_job"].values()) <= 1.05
+    picks = [p for tb in raw["testbeds"] for j in tb["jobs"] for p in j["placements"] if p["index"] == 0]
+    verdicts = [paired_verdict(p["measured"]["rounds_s"], p["default"]["rounds_s"]).verdict for p in picks]
+    assert len(picks) == 3 and SLOWER not in verdicts
