@@ -44,7 +44,7 @@ class SketchProgram:
 @dataclass(frozen=True)
 class PieceCosts:
     """How a sketch costs programs run on `pieces` pieces: the model's step time and per-level traffic on one
-    piece, and `combine(alg, stages, traffic, pieces)`, the pipeline's time (``solver.cost.pipelined_seconds``)."""
+    piece, and `combine(alg, stages, traffic, pieces)`, the pipeline's time (``solver.pipeline_time.pipelined_seconds``)."""
 
     pieces: int
     step_cost: StepCost

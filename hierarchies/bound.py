@@ -22,7 +22,7 @@ A unit's members send over every level at or outside ``l`` the request spans
 every device of the unit, the other groups' included, as both cost models
 share it. So the cut of level ``l`` is
 ``need(l) / (G * sum of e(l') over those levels)``. Every program carries its
-largest cut, pipelined ones included (``solver.cost.level_floor``); a
+largest cut, pipelined ones included (``solver.pipeline_time.level_floor``); a
 sequential program also pays the latency floor on top. A pipelined program's
 fill, drain and periods pay the latency floor plus ``pipelined(l)`` times the
 cut (at most 1: its periods count the traffic of ``P`` consecutive steps; see

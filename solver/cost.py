@@ -9,9 +9,10 @@ the synthesizer minimises exactly the cost that the report prints.
 Every term is a product of per-cell factors chosen by booleans, applied one at
 a time to a running value, so the symbolic form stays in linear real arithmetic.
 
-It stays one module: the algebras, the alpha-beta terms and the pipeline
-formulas are the one definition of a step's cost that Z3, the vectorized search
-and the simulator must all evaluate alike, and every part is read with the rest.
+The algebras are ``solver/algebra.py``'s and the time of a program run on
+pieces ``solver/pipeline_time.py``'s; the alpha-beta terms here are the one
+definition of a step's cost that Z3, the vectorized search and the simulator
+all evaluate alike.
 """
 
 from __future__ import annotations
@@ -20,69 +21,12 @@ from dataclasses import dataclass
 import math
 from typing import Any, Callable, Protocol, Sequence
 
-import numpy as np
-
 from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
 from p2synth.hierarchies.placement import Placement
-from p2synth.hierarchies.program import STEP_OPS, Collective, Program, RawProgram, Request, to_raw
+from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
 from p2synth.hierarchies.abstract import AbstractState, apply, start_state
-
-
-class Algebra(Protocol):
-    """The few operations a cost model may use besides +, -, * and / by constants."""
-
-    def ite(self, cond: Any, then: Any, other: Any) -> Any: ...
-
-    def any(self, conds: Sequence[Any]) -> Any: ...
-
-    def is_op(self, op: Any, which: Collective) -> Any: ...
-
-
-class PyAlgebra:
-    """Concrete evaluation: booleans are bools, values are floats."""
-
-    def ite(self, cond: bool, then: float, other: float) -> float:
-        return then if cond else other
-
-    def any(self, conds: Sequence[bool]) -> bool:
-        return any(conds)
-
-    def is_op(self, op: Collective, which: Collective) -> bool:
-        return op is which
-
-
-PY = PyAlgebra()
-
-OP_CODES: dict[Collective, int] = {op: i for i, op in enumerate(STEP_OPS)}  # op of ArrayAlgebra cases
-
-
-class ArrayAlgebra:
-    """Vectorized evaluation: booleans and values are numpy arrays, one entry per case.
-
-    The op argument of a cost model is an array of :data:`OP_CODES`. The
-    arithmetic is the same float64 arithmetic as :class:`PyAlgebra`'s, case
-    by case, so each entry equals the scalar evaluation of its case.
-    """
-
-    def ite(self, cond: Any, then: Any, other: Any) -> Any:
-        if isinstance(cond, (bool, np.bool_)):
-            return then if cond else other
-        return np.where(cond, then, other)
-
-    def any(self, conds: Sequence[Any]) -> Any:
-        conds = [c for c in conds if c is not False]
-        if not conds:
-            return False
-        out = conds[0]
-        for c in conds[1:]:
-            out = out | c
-        return out
-
-    def is_op(self, op: Any, which: Collective) -> Any:
-        return op == OP_CODES[which]
-
-
-ARRAYS = ArrayAlgebra()
+from p2synth.solver.algebra import PY, Algebra, slowest
+from p2synth.solver.pipeline_time import pipelined_seconds
 
 
 class CostModel(Protocol):
@@ -359,72 +303,6 @@ def step_traffic(alg: Algebra, placement: Placement, request: Request, message_b
     if request.collective is Collective.SEND_RECV:
         return shift_traffic(alg, placement, shape, S, Z)
     return level_traffic(alg, placement, op, shape, S, Z, request.collective is Collective.ALL_TO_ALL)
-
-
-def slowest(alg: Algebra, times: Sequence[Any]) -> Any:
-    """The largest of `times` (0 for none)."""
-    worst = 0.0
-    for t in times:
-        worst = alg.ite(t > worst, t, worst)
-    return worst
-
-
-def pipelined_seconds(alg: Algebra, stages: Sequence[Any], traffic: Sequence[Sequence[Any]], pieces: int) -> Any:
-    """Seconds of a program run on `pieces` pieces, from each step's time on one piece and its per-level traffic.
-
-    Fill and drain (every step once, the sum of `stages`) plus ``pieces - 1``
-    periods (:func:`pipeline_period`), and never less than what the busiest
-    level carries in all (:func:`level_floor`: every piece's traffic of every
-    step, which the windows of the period can miss when ``pieces`` is below the
-    step count). An unused sketch slot has stage 0 and no traffic. With one
-    piece this is the sum of the stages.
-    """
-    total = 0.0
-    for t in stages:
-        total = total + t
-    if pieces == 1:
-        return total
-    seconds = total + pipeline_period(alg, stages, traffic, pieces) * (pieces - 1)
-    floor = level_floor(alg, traffic, pieces)
-    return alg.ite(floor > seconds, floor, seconds)
-
-
-def level_floor(alg: Algebra, traffic: Sequence[Sequence[Any]], pieces: int) -> Any:
-    """The busiest level's traffic over a whole pipelined run: ``pieces`` times the sum over the steps of the level's
-    traffic on one piece (each level summed from 0 in step order, as the pipelined search carries it).
-
-    A level's links carry every piece of every step, so no schedule of the
-    pieces ends sooner. ``T(P)`` is at least this already when ``P`` is at
-    least the step count (one window holds every step and each stage is at
-    least its own traffic); below it the windows of ``P`` steps can miss
-    traffic: ``RS(a) -> RS(b) -> AG(b) -> AG(a)`` with both cells on one level
-    would be predicted at 0.75 of it on 2 pieces (docs/model.md, "Pipelined
-    programs").
-    """
-    busiest = 0.0
-    for l in range(len(traffic[0]) if traffic else 0):
-        load = 0.0
-        for loads in traffic:
-            load = load + loads[l]
-        busiest = alg.ite(load > busiest, load, busiest)
-    return busiest * pieces
-
-
-def pipeline_period(alg: Algebra, stages: Sequence[Any], traffic: Sequence[Sequence[Any]], pieces: int) -> Any:
-    """The steady-state period of a software pipeline: the slowest step, or the busiest level, whichever is longer.
-
-    With ``P`` pieces the steps ``k .. k+P-1`` run at once, each on another
-    piece, so on every level the traffic of any ``P`` consecutive steps adds up
-    (overlapping steps share the level's links; docs/model.md, "Pipelined programs").
-    """
-    period = slowest(alg, stages)
-    for l in range(len(traffic[0]) if traffic else 0):
-        for start in range(len(stages)):
-            load = 0.0
-            for loads in traffic[start:start + pieces]:
-                load = load + loads[l]
-            period = alg.ite(load > period, load, period)
-    return period
 
 
 # NCCL's tree all_reduce runs at 0.92 of the bus bandwidth, times 0.85 for the tree pattern

@@ -26,7 +26,7 @@ from p2synth.hierarchies.statespace import STATUS_BITS, moves, statuses
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
 from p2synth.solver.certificate import CertificateError
-from p2synth.solver.cost import ARRAYS, OP_CODES
+from p2synth.solver.algebra import ARRAYS, OP_CODES
 from p2synth.solver.topn import Candidates
 
 CHUNK = 1 << 19  # concrete cases evaluated at once by check_invariance

@@ -12,7 +12,8 @@ from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
 from p2synth.hierarchies.abstract import apply, start_state
-from p2synth.solver.cost import PY, AlphaBeta, Algebra, CostModel, chosen_schedule, mask_bits, raw_program_cost
+from p2synth.solver.algebra import PY, Algebra
+from p2synth.solver.cost import AlphaBeta, CostModel, chosen_schedule, mask_bits, raw_program_cost
 from p2synth.solver.simulator import Simulator
 
 

@@ -63,7 +63,8 @@ from p2synth.hierarchies.nccl_tuning import (COLLNET_ARITY_US, COLLNET_SM90, LL1
                                              hw_us, ll_max_GBps, protocols)
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
-from p2synth.solver.cost import Algebra, Split, StepShape, level_time, level_traffic, slowest, step_volume
+from p2synth.solver.algebra import Algebra, slowest
+from p2synth.solver.cost import Split, StepShape, level_time, level_traffic, step_volume
 
 DEFAULT_PROFILE = NcclProfile(arch=GpuArch.HOPPER, cpu=CpuVendor.INTEL)
 US = 1e-6

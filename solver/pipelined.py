@@ -77,8 +77,8 @@ def _traffic_and_scale(rows: Successors) -> tuple[np.ndarray, float]:
 
 def finished_cost(g: float, period: float, carried: np.ndarray, pieces: int) -> float:
     """A whole program's cost on `pieces` pieces from what the search carries: its sum of stages `g`, its period, and
-    its traffic per level on one piece (`carried`); ``solver.cost.pipelined_seconds`` bit for bit (the level floor
-    included, :func:`solver.cost.level_floor`)."""
+    its traffic per level on one piece (`carried`); ``solver.pipeline_time.pipelined_seconds`` bit for bit (the level floor
+    included, :func:`solver.pipeline_time.level_floor`)."""
     seconds = g + (pieces - 1) * period
     floor = float(carried.max(initial=0.0)) * pieces
     return float(floor if floor > seconds else seconds)
@@ -204,7 +204,7 @@ def cheapest_pipelined_all(tables: list[PipelineTables], candidates: Candidates,
     level's traffic so far plus its least traffic to come (`t`) spread over the
     windows of `pieces` steps a program needs (:func:`windows`); and at least
     ``pieces`` times each level's traffic so far plus its least to come (the
-    level floor of ``solver.cost.pipelined_seconds``); and the joint bound: the stages so far plus :func:`period_share` times each level's
+    level floor of ``solver.pipeline_time.pipelined_seconds``); and the joint bound: the stages so far plus :func:`period_share` times each level's
     traffic so far, plus `j` (:func:`joint_to_go`).
 
     `pairs`: interchangeable cells (``solver.symmetry``; the caller has

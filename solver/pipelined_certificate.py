@@ -22,7 +22,8 @@ import numpy as np
 
 from p2synth.hierarchies.program import RawProgram
 from p2synth.solver.certificate import TOLERANCE, CertificateError, check_bellman, check_sum_table
-from p2synth.solver.cost import PY, pipelined_seconds
+from p2synth.solver.algebra import PY
+from p2synth.solver.pipeline_time import pipelined_seconds
 from p2synth.solver.costtogo import PieceTraffic, Successors, rows_layout, stages_and_traffic, successors_by_state
 from p2synth.solver.pipelined import BRACKET_SLACK, PipelineTables, WholeTraffic, finished_cost, windows
 from p2synth.solver.stepcosts import EdgeCosts
@@ -34,7 +35,7 @@ def joint_share(max_steps: int, pieces: int) -> float:
     the ``pieces - 1`` periods of a `pieces`-piece pipeline, written here apart from the search's
     (``solver.pipelined.period_share``): the windows of `pieces` steps starting at steps 0, `pieces`, ... cover the
     program with ``ceil(max_steps / pieces)`` windows, so one carries at least that share of the level's traffic, and
-    the period is at least every window's traffic (``solver.cost.pipeline_period``)."""
+    the period is at least every window's traffic (``solver.pipeline_time.pipeline_period``)."""
     return (pieces - 1) / math.ceil(max_steps / pieces)
 
 
@@ -199,14 +200,14 @@ def check_pipelined(tab: PipelineTables, expanded: Sequence[tuple[int, ...]], fo
       program's traffic on a level spreads over at most ``ceil(K / pieces)``
       windows, so some window carries that fraction of it);
     * ``pieces`` times each level's traffic so far plus `t` (the level floor of
-      ``solver.cost.pipelined_seconds``: a level carries every piece of every
+      ``solver.pipeline_time.pipelined_seconds``: a level carries every piece of every
       step);
     * where the tables have `j`: per level, the stages so far plus
       :func:`joint_share` times its traffic so far, plus `j` (the stages and
       the periods bounded together).
 
     Every program inside the tree is either in `found` at its exact cost
-    (recomputed here with ``solver.cost.pipelined_seconds``) or costs at least
+    (recomputed here with ``solver.pipeline_time.pipelined_seconds``) or costs at least
     `threshold`. CertificateError otherwise.
     """
     if tab.bracketed:

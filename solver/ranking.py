@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from p2synth.hierarchies.abstract import count_programs
-from p2synth.hierarchies.program import RawProgram
+from p2synth.hierarchies.program import RawProgram, Request
 from p2synth.hierarchies.orbitspace import orbit_space
 from p2synth.hierarchies.statespace import state_space, statuses
 from p2synth.encodings.deadline import Deadline
@@ -31,7 +31,8 @@ from p2synth.encodings.errors import SolverTimeout
 from p2synth.encodings.programs import PieceCosts, ProgramSketch
 from p2synth.encodings.stepsemantics import SemanticsMismatch, prove_step_semantics
 from p2synth.solver import certificate, pipelined_certificate
-from p2synth.solver.cost import pipelined_seconds, raw_program_cost
+from p2synth.solver.cost import raw_program_cost
+from p2synth.solver.pipeline_time import pipelined_seconds
 from p2synth.solver.costtogo import cost_to_go, rows_layout, successors_by_state
 from p2synth.solver.pipelined import OverBudget, bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic
 from p2synth.solver.stepcosts import case_bits, edge_costs, split_costs, step_cases

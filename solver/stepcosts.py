@@ -18,7 +18,8 @@ import numpy as np
 from p2synth.hierarchies.statespace import StateSpace, index_dtype
 from p2synth.encodings.deadline import Deadline
 from p2synth.encodings.errors import SolverTimeout
-from p2synth.solver.cost import ARRAYS, OP_CODES, CostModel, Split, piece_seconds
+from p2synth.solver.algebra import ARRAYS, OP_CODES
+from p2synth.solver.cost import CostModel, Split, piece_seconds
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import NamedRequest, Program, to_raw
-from p2synth.solver.cost import PY, pipeline_period, program_stages, raw_program_cost
+from p2synth.solver.algebra import PY
+from p2synth.solver.cost import program_stages, raw_program_cost
+from p2synth.solver.pipeline_time import pipeline_period
 from p2synth.solver.models import CostModelKind, cost_model
 
 
@@ -49,7 +51,7 @@ def bars(placement: Placement, named: NamedRequest, program: Program, pieces: in
     period = 0.0
     if pieces > 1:
         _, traffic = program_stages(models(pieces), request.collective, len(cells), raw)
-        # the level floor (solver.cost.level_floor) may stretch the run past the periods: the pieces then start
+        # the level floor (solver.pipeline_time.level_floor) may stretch the run past the periods: the pieces then start
         # evenly over the extra time, so the picture stays as long as the prediction
         period = max(float(pipeline_period(PY, stages, traffic, pieces)), (total - math.fsum(stages)) / (pieces - 1))
     out = []

@@ -777,7 +777,8 @@ def test_a_pipelined_program_holds_the_step_overhead_as_often_as_the_solver_coun
     ``steps + P - 1`` times, what the pipeline formula gives for stages that cost the overhead alone."""
     from p2synth.hierarchies.placement import Axis, Placement
     from scripts.accuracy.programs import all_programs, make_request
-    from p2synth.solver.cost import PY, pipelined_seconds
+    from p2synth.solver.algebra import PY
+    from p2synth.solver.pipeline_time import pipelined_seconds
 
     h = Hierarchy(name="t", levels=({"name": "node", "count": 2}, {"name": "core", "count": 2}))
     pl = Placement(h, (Axis(name="data", size=4),), ((2, 2),))

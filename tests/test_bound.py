@@ -17,7 +17,7 @@ from p2synth.hierarchies.abstract import enumerate_programs
 from p2synth.hierarchies.bound import lower_bound, pipelined_factor
 from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.program import Program, Step, to_program
-from p2synth.solver import cost
+from p2synth.solver import pipeline_time
 from p2synth.solver.models import CostModelKind, program_cost
 from tests import strategies
 
@@ -247,7 +247,7 @@ def test_a_wrong_bound_fails_the_property():
     assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(1.0, rel=1e-12)  # the level floor: the cut
     with mock.patch.object(bound, "pipelined_factor", lambda *a: 1.0):  # latency floor + the whole cut: 1 us over
         assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(1.5 / (1.5 + 1e-6), rel=1e-12)
-    with mock.patch.object(cost, "level_floor", lambda *a: 0.0):  # the pipeline formula alone: 0.75 of the cut
+    with mock.patch.object(pipeline_time, "level_floor", lambda *a: 0.0):  # the pipeline formula alone: 0.75 of the cut
         assert cheapest_over_bound(TWO_CELLS_ON_ONE_LEVEL) == pytest.approx(0.75, rel=1e-4)
 
 

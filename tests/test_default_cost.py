@@ -11,8 +11,8 @@ from p2synth.hierarchies import Axis, Collective, Hierarchy, Level, Placement, R
 from p2synth.hierarchies.abstract import AbstractState, start_state
 from p2synth.hierarchies.program import Program, Step, default_program, to_raw
 from p2synth.hierarchies.statespace import state_space
-from p2synth.solver.cost import (TREE_BUS_EFFICIENCY, AlphaBeta, PY, mask_bits, program_stages, raw_program_cost,
-                                 step_seconds)
+from p2synth.solver.algebra import PY
+from p2synth.solver.cost import (TREE_BUS_EFFICIENCY, AlphaBeta, mask_bits, program_stages, raw_program_cost, step_seconds)
 from p2synth.solver.search import Proof, solve
 from p2synth.solver.stepcosts import edge_costs, split_costs
 

@@ -21,7 +21,8 @@ from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import STEP_OPS, Collective, Request, default_program
 from p2synth.solver import nccl
 from p2synth.hierarchies.nccl_tuning import Algo, Proto
-from p2synth.solver.cost import ARRAYS, OP_CODES, PY, AlphaBeta, mask_bits, piece_seconds
+from p2synth.solver.algebra import ARRAYS, OP_CODES, PY
+from p2synth.solver.cost import AlphaBeta, mask_bits, piece_seconds
 from p2synth.solver.models import CostModelKind, program_cost, step_schedules
 from p2synth.solver.simulator import Simulator
 from tests import test_bound

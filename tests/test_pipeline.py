@@ -14,7 +14,9 @@ from p2synth.hierarchies.program import Program, Step
 from p2synth.hierarchies.statespace import state_space
 from p2synth.solver import certificate, pipelined_certificate, ranking
 from p2synth.solver.certificate import CertificateError
-from p2synth.solver.cost import PY, AlphaBeta, level_floor, mask_bits, pipeline_period, pipelined_seconds, raw_program_cost
+from p2synth.solver.algebra import PY
+from p2synth.solver.cost import AlphaBeta, mask_bits, raw_program_cost
+from p2synth.solver.pipeline_time import level_floor, pipeline_period, pipelined_seconds
 from p2synth.solver.costtogo import cost_to_go, successors_by_state, traffic_to_go
 from p2synth.solver.models import CostModelKind, cost_model, program_cost
 from p2synth.solver.pipelined import bracketed_tables, cheapest_pipelined_all, pipeline_tables, whole_traffic

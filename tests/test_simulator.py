@@ -12,8 +12,9 @@ from p2synth.solver.cost import step_seconds
 from p2synth.solver.search import solve
 from p2synth.solver.stepcosts import edge_costs
 from p2synth.solver.topn import cheapest_programs
-from p2synth.solver.cost import PY
-from p2synth.solver.simulator import Simulator, binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
+from p2synth.solver.algebra import PY
+from p2synth.solver.open_mpi import binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
+from p2synth.solver.simulator import Simulator
 from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, ReduceScatterRun, TunedAllReduce
 from tests import oracles
 
@@ -266,7 +267,7 @@ def test_open_mpi_han_runs_a_group_over_two_hosts_as_two_pipelined_stages():
 
 
 def test_the_host_level_is_the_level_named_for_a_machine_else_the_innermost_levels_parent():
-    from p2synth.solver.simulator import host_level
+    from p2synth.solver.cost import host_level
     levels = lambda *names: Hierarchy(levels=tuple(Level(name=n, count=2) for n in names))
     assert host_level(levels("pod", "rack", "node", "gpu")) == 2
     assert host_level(levels("rack", "host", "socket", "core")) == 1
@@ -413,8 +414,8 @@ def test_open_mpi_all_reduce_one_member_per_host_is_rabenseifner_folding_a_non_p
 
 def test_open_mpi_rabenseifner_threshold_follows_the_fixed_rules_by_group_size():
     """Rabenseifner from 256 KiB below 4 members, from 8 KiB for 4-15, 4 KiB for 16-31, 128 B for 32-63."""
-    from p2synth.solver.cost import PyAlgebra
-    from p2synth.solver.simulator import open_mpi_rabenseifner_all_reduce
+    from p2synth.solver.algebra import PyAlgebra
+    from p2synth.solver.open_mpi import open_mpi_rabenseifner_all_reduce
 
     alg = PyAlgebra()
     for k, least in ((2, 262144), (3, 262144), (4, 8192), (15, 8192), (16, 4096), (31, 4096), (32, 128), (63, 128),

@@ -1,4 +1,4 @@
-"""The simulator's gloo profile (``"library": "gloo"``; solver/simulator.py ``gloo_times``, docs/simulator.md "gloo"):
+"""The simulator's gloo profile (``"library": "gloo"``; solver/gloo.py ``gloo_times``, docs/simulator.md "gloo"):
 hand-computed steps, Z3 minimising it exactly, no program below the lower bound, and the solver end to end."""
 
 from __future__ import annotations
