@@ -137,11 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here (default: print it)")
     args = parser.parse_args(argv)
     rows = published.rows(json.loads(published.DATA.read_text()))
-    text = markdown(headroom(rows))
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text)
+    published.emit(markdown(headroom(rows)), args.out)
     return 0
 
 

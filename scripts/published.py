@@ -217,12 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: --data {args.data}: {e}", file=sys.stderr)
         return 2
-    text = markdown(data, found)
-    if args.out is None:
+    emit(markdown(data, found), args.out)
+    return 0
+
+
+def emit(text: str, out: Path | None) -> None:
+    """Write `text` to the file `out`, or print it when there is none."""
+    if out is None:
         sys.stdout.write(text)
     else:
-        args.out.write_text(text)
-    return 0
+        out.write_text(text)
 
 
 if __name__ == "__main__":
