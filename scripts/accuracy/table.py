@@ -1,4 +1,4 @@
-"""The accuracy tables the README shows, made from the summary files, so that the README says what they say.
+"""The accuracy tables docs/accuracy/campaigns.md shows, made from the summary files, so that the docs say what they say.
 
     python -m scripts.accuracy.table docs/accuracy/frozen/summary.json docs/accuracy/summary.json
     python -m scripts.accuracy.table --breakdowns docs/accuracy/report.json
@@ -7,7 +7,7 @@ Per summary: each model's figures beside the two baselines' (always the default,
 targets; for a frozen campaign, first the simulator's predictions recorded before timing (the headline), then the
 figures after the post-hoc fit, named so; and, where the campaign re-measured the tuner's picks, one line on the tuner judged out of sample.
 With ``--breakdowns``, a report's held-out figures by testbed, size and collective. tests/test_accuracy_files.py
-checks that the README and docs/accuracy hold exactly this output.
+checks that docs/accuracy holds exactly this output.
 """
 
 from __future__ import annotations
