@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from p2synth.hierarchies.model import CollectiveLibrary, GpuArch, HanAllGather, Hierarchy, NcclProfile
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, Hierarchy
 from p2synth.hierarchies.nccl_tuning import least_call_us
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
@@ -158,7 +158,7 @@ def latency_floor(h: Hierarchy, collective: Collective, levels: list[int]) -> fl
         return 0.0
     if h.library is CollectiveLibrary.NCCL and collective not in (Collective.SEND_RECV, Collective.ALL_TO_ALL):
         # NCCL's own latencies price every step (solver/nccl.py); an all_to_all and a shift keep the levels'.
-        return least_call_us(h.nccl or NcclProfile(arch=GpuArch.HOPPER), h) * 1e-6
+        return least_call_us(h) * 1e-6
     if collective is Collective.SEND_RECV:  # one step, each pair paying its own level's latency
         return min(h.links[l].latency for l in levels)
     han = {Collective.ALL_REDUCE, Collective.REDUCE, Collective.BROADCAST}

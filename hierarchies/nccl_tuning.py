@@ -88,6 +88,14 @@ NET_OVERHEAD_US = {CpuVendor.INTEL: 1.0, CpuVendor.AMD: 2.0}
 COLLNET_ARITY_US = 0.4      # CollNetDirect: arity serialization per local rank
 
 
+DEFAULT_PROFILE = NcclProfile(arch=GpuArch.HOPPER, cpu=CpuVendor.INTEL)  # a hierarchy without an ``nccl`` field
+
+
+def profile_of(h: Hierarchy) -> NcclProfile:
+    """The NCCL profile `h` gives, or :data:`DEFAULT_PROFILE` (Hopper, Intel) where it gives none."""
+    return h.nccl or DEFAULT_PROFILE
+
+
 def base_us(arch: GpuArch, algo: Algo, proto: Proto) -> float:
     """NCCL's (or, on CDNA3, RCCL's) base latency of `algo` with `proto`, microseconds."""
     table = RCCL_BASE_US if arch is GpuArch.CDNA3 else BASE_US
@@ -112,11 +120,12 @@ def protocols(arch: GpuArch) -> tuple[Proto, ...]:
     return PROTOS
 
 
-def least_call_us(profile: NcclProfile, h: Hierarchy) -> float:
+def least_call_us(h: Hierarchy) -> float:
     """The least latency NCCL's model gives any one call of two or more ranks on `h`, microseconds: a ring's base
     and one hop (a broadcast or a two-rank all_gather), a tree's base and two hops, PAT's base and 2.8 us per rank,
     or a reducing switch's own latency (NVLS, NVLSTree and CollNet pay it and more). Every step of a program is a
     call, so no program is predicted faster (``hierarchies/bound.py``'s latency floor under NCCL)."""
+    profile = profile_of(h)
     hops = lambda algo, proto: min(HW_US[f][algo][PROTOS.index(proto)] for f in Fabric if HW_US[f][algo][PROTOS.index(proto)] > 0)
     candidates = [base_us(profile.arch, Algo.RING, p) + hops(Algo.RING, p) for p in protocols(profile.arch)]
     candidates += [base_us(profile.arch, Algo.TREE, p) + 2 * hops(Algo.TREE, p) for p in protocols(profile.arch)]

@@ -101,8 +101,7 @@ def headroom(rows: list[published.Row]) -> list[Headroom]:
             for nodes in node_counts:
                 for size in SIZES:
                     result = solve(system, nodes, size, Path(tmp))
-                    [placement] = result["placements"]
-                    entry = placement["requests"][0] if "requests" in placement else placement
+                    [entry] = result["placements"]  # one request: its programs are the placement's own
                     best = entry["programs"][0]
                     out.append(Headroom(system, nodes, load_system(system, nodes).num_devices, size,
                                         entry["default"]["cost_s"], entry["default"]["nccl_algorithms"][0],

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import math
 from typing import Any, Callable, Protocol, Sequence
 
-from p2synth.hierarchies.model import CollectiveLibrary, Hierarchy
+from p2synth.hierarchies.model import CollectiveLibrary
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
 from p2synth.hierarchies.abstract import AbstractState, apply, start_state
@@ -86,20 +86,13 @@ def program_stages(model: CostModel, collective: Collective, n: int, raw: RawPro
     return [t for t, _ in walked], [x for _, x in walked]
 
 
-def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, with_traffic: bool) -> list[tuple[float, list]]:
-    """Each step's seconds (and per-level traffic) along a program; ValueError if a step is not valid."""
+def step_bits(collective: Collective, n: int, raw: RawProgram) -> list[tuple[Collective, tuple[list[bool], ...]]]:
+    """Each step of a program over `n` reduced cells with the booleans a cost model reads for it: its op, and its
+    slice, scattered and rooted cells in the state it is taken in; ValueError if a step is not valid."""
     state = start_state(collective, n)
     out = []
-    both = getattr(model, "on_piece", None)  # a model that gives both from one evaluation (AlphaBeta)
     for op, S in raw:
-        bits = mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n)
-        if not with_traffic:
-            seconds, traffic = model.step_time(PY, op, *bits), []
-        elif both is not None:
-            seconds, traffic = both(PY, op, *bits)
-        else:
-            seconds, traffic = model.step_time(PY, op, *bits), model.traffic(PY, op, *bits)
-        out.append((float(seconds), [float(x) for x in traffic]))
+        out.append((op, (mask_bits(S, n), mask_bits(state.Y, n), mask_bits(state.Z, n))))
         nxt = apply(state, op, S)
         if nxt is None:
             raise ValueError(f"program {raw} is not valid")
@@ -107,9 +100,19 @@ def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, wit
     return out
 
 
-def host_level(h: Hierarchy) -> int:
-    """Index of the level whose units are hosts (:attr:`Hierarchy.host_level`)."""
-    return h.host_level
+def _walk(model: CostModel, collective: Collective, n: int, raw: RawProgram, with_traffic: bool) -> list[tuple[float, list]]:
+    """Each step's seconds (and per-level traffic) along a program; ValueError if a step is not valid."""
+    out = []
+    both = getattr(model, "on_piece", None)  # a model that gives both from one evaluation (AlphaBeta)
+    for op, bits in step_bits(collective, n, raw):
+        if not with_traffic:
+            seconds, traffic = model.step_time(PY, op, *bits), []
+        elif both is not None:
+            seconds, traffic = both(PY, op, *bits)
+        else:
+            seconds, traffic = model.step_time(PY, op, *bits), model.traffic(PY, op, *bits)
+        out.append((float(seconds), [float(x) for x in traffic]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -351,11 +354,11 @@ def tree_latency(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     """The latency of NCCL's double binary tree all_reduce over the step's group (NVIDIA/nccl:src/graph/tuning.cc,
     ``2 ((ppn - 1) intraLat + log2(nNodes) interLat)``): ``2 sum_l hops_l alpha_l`` over the levels, with ``g_l`` the
     product of the slice's factors at level ``l`` (1 off the slice), ``hops_l = g_l - 1`` at a level inside a host
-    (NCCL chains the ranks of a node) and ``log2 g_l`` at a level between hosts (:func:`host_level`). ``log2 g_l`` is
+    (NCCL chains the ranks of a node) and ``log2 g_l`` at a level between hosts (``Hierarchy.host_level``). ``log2 g_l`` is
     the sum of ``log2`` of the factors (real, where NCCL takes the integer part; equal for powers of two), so the
     term stays linear."""
     h = placement.hierarchy
-    host = host_level(h)
+    host = h.host_level
     latency = 0.0
     for l in range(len(h.levels)):
         if l > host:

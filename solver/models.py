@@ -11,9 +11,8 @@ from typing import Any
 from p2synth.hierarchies.model import Hierarchy
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Program, RawProgram, Request, to_raw
-from p2synth.hierarchies.abstract import apply, start_state
 from p2synth.solver.algebra import PY, Algebra
-from p2synth.solver.cost import AlphaBeta, CostModel, chosen_schedule, mask_bits, raw_program_cost
+from p2synth.solver.cost import AlphaBeta, CostModel, chosen_schedule, raw_program_cost, step_bits
 from p2synth.solver.simulator import Simulator
 
 
@@ -62,12 +61,8 @@ def step_schedules(placement: Placement, request: Request, program: Program, mes
     if request.collective in (Collective.ALL_TO_ALL, Collective.SEND_RECV):
         return ["pairwise" if request.collective is Collective.ALL_TO_ALL else "shift"] * len(program.steps)
     model = AlphaBeta(placement, request, message_bytes / program.pipeline)
-    state, out = start_state(request.collective, len(cells)), []
-    for op, mask in to_raw(program, cells):
-        bits = [mask_bits(x, len(cells)) for x in (mask, state.Y, state.Z)]
-        out.append(chosen_schedule(model.split(PY, op, *bits)))
-        state = apply(state, op, mask)
-    return out
+    return [chosen_schedule(model.split(PY, op, *bits))
+            for op, bits in step_bits(request.collective, len(cells), to_raw(program, cells))]
 
 
 @dataclass(frozen=True)

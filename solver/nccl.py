@@ -56,17 +56,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CpuVendor, Fabric, GpuArch, NcclProfile, SwitchReduction
+from p2synth.hierarchies.model import Fabric, GpuArch, SwitchReduction
 from p2synth.hierarchies.nccl_tuning import (COLLNET_ARITY_US, COLLNET_SM90, LL128_BUS, LL_BUS, NET_OVERHEAD_US,
                                              NVLS_EFFICIENCY, NVLS_TREE_PER_CHANNEL, PAT_BUS, TREE_BUS, TREE_LL128_NODES,
-                                             TREE_LL128_ONE_NODE, TREE_LL_BUS, TREE_PATTERN, Algo, Proto, base_us,
+                                             TREE_LL128_ONE_NODE, TREE_LL_BUS, TREE_PATTERN, Algo, Proto, base_us, profile_of,
                                              hw_us, ll_max_GBps, protocols)
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective
 from p2synth.solver.algebra import Algebra, slowest
 from p2synth.solver.cost import Split, StepShape, level_time, level_traffic, step_volume
+from p2synth.solver.step_terms import slowest_spanned
 
-DEFAULT_PROFILE = NcclProfile(arch=GpuArch.HOPPER, cpu=CpuVendor.INTEL)
 US = 1e-6
 
 
@@ -134,7 +134,7 @@ class NcclPricer:
                  Z: Sequence[Any]):
         self.alg, self.placement, self.shape, self.op, self.S, self.Z = alg, placement, shape, op, S, Z
         self.h = placement.hierarchy
-        self.profile = self.h.nccl or DEFAULT_PROFILE
+        self.profile = profile_of(self.h)
         self.g = group_of(alg, placement, shape, S)
         self.levels = range(len(self.h.levels))
         self.spanned = [l for l in self.levels if any(lv == l for lv in shape.levels)]
@@ -142,6 +142,8 @@ class NcclPricer:
         self.intra_hw = Fabric.PCI if Fabric.PCI in inner else Fabric.NVLINK
         self.is_op = {c: alg.is_op(op, c) for c in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER,
                                                      Collective.ALL_GATHER, Collective.REDUCE, Collective.BROADCAST)}
+        self.ring_traffic = level_traffic(alg, placement, op, shape, S, Z)  # what the links carry (the Split's)
+        self.ring_busiest = slowest(alg, self.ring_traffic)
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _not_op(self, *ops: Collective) -> Any:
@@ -154,8 +156,8 @@ class NcclPricer:
 
     def _over(self, keep, per_level) -> Any:
         """The slowest of ``per_level(l)`` over the spanned levels `keep` accepts (0 off the slice)."""
-        alg = self.alg
-        return slowest(alg, [alg.ite(self.shape.spans[l], per_level(l), 0.0) for l in self.spanned if keep(l)])
+        return slowest_spanned(self.alg, self.shape, len(self.h.levels),
+                               lambda l: per_level(l) if keep(l) else 0.0)
 
     def _is_switch(self, l: int, kind: SwitchReduction) -> bool:
         return self.h.levels[l].switch_reduce is kind
@@ -177,8 +179,7 @@ class NcclPricer:
         arch, cpu = self.profile.arch, self.profile.cpu
         is_ar = self.is_op[Collective.ALL_REDUCE]
         rooted = alg.any([self.is_op[Collective.REDUCE], self.is_op[Collective.BROADCAST]])
-        volume = step_volume(alg, self.op, shape)
-        busiest = slowest(alg, level_traffic(alg, self.placement, self.op, shape, self.S, self.Z))
+        volume, busiest = step_volume(alg, self.op, shape), self.ring_busiest
         nsteps = alg.ite(is_ar, (k - 1.0) * 2.0, k - 1.0)
         n_inter = alg.ite(is_ar, (g.nodes - 1.0) * 2.0, g.nodes - 1.0)
         out = {}
@@ -186,8 +187,8 @@ class NcclPricer:
             intra = hw_us(self.intra_hw, Algo.RING, proto)
             overhead = NET_OVERHEAD_US[cpu] * (3.0 if proto is Proto.SIMPLE else 1.0)
             intra_steps = _scaled(alg, g.one_node, nsteps - n_inter, intra * US, max(intra, overhead) * US)
-            inter_steps = alg.ite(g.one_per_node, n_inter * (hw_us(Fabric.NET, Algo.TREE, proto) * US),
-                                  n_inter * (hw_us(Fabric.NET, Algo.RING, proto) * US))
+            inter_steps = _scaled(alg, g.one_per_node, n_inter, hw_us(Fabric.NET, Algo.TREE, proto) * US,
+                                  hw_us(Fabric.NET, Algo.RING, proto) * US)
             # a broadcast or reduce chain: NCCL's latency for rings on different channels, one hop per rank (the
             # Tree's hop for Simple); its one-hop figure for same-channel rings would price a chain of k ranks at
             # one hop, below the all_reduce's ring for every k
@@ -312,21 +313,20 @@ class NcclPricer:
         if self.profile.arch in (GpuArch.CDNA3,):
             return []
         alg, g, shape = self.alg, self.g, self.shape
-        busiest = slowest(alg, level_traffic(alg, self.placement, self.op, shape, self.S, self.Z))
         latency = (base_us(self.profile.arch, Algo.PAT, Proto.SIMPLE) * US
                    + g.log2_nodes * (hw_us(Fabric.NET, Algo.TREE, Proto.SIMPLE) * US / 3.5) + shape.k * (2.8 * US))
         blocked = alg.any([g.several_per_node, g.one_node,
                            self._not_op(Collective.ALL_GATHER, Collective.REDUCE_SCATTER)])
-        return [Priced(f"{Algo.PAT}/{Proto.SIMPLE}", latency, busiest * (1.0 / PAT_BUS), blocked)]
+        return [Priced(f"{Algo.PAT}/{Proto.SIMPLE}", latency, self.ring_busiest * (1.0 / PAT_BUS), blocked)]
 
 
 def nccl_split(alg: Algebra, placement: Placement, shape: StepShape, op: Any, S: Sequence[Any], Y: Sequence[Any],
                Z: Sequence[Any]) -> Split:
     """The :class:`~solver.cost.Split` of a step under NCCL: Ring/Simple first (its traffic is what the links
     carry), then every other pair NCCL may run, each the ring's own where NCCL may not run it for this step."""
-    options = NcclPricer(alg, placement, shape, op, S, Z).options()
+    pricer = NcclPricer(alg, placement, shape, op, S, Z)
+    options = pricer.options()
     first = options[0]
-    traffic = level_traffic(alg, placement, op, shape, S, Z)
     others = tuple((alg.ite(o.blocked, first.latency, o.latency), alg.ite(o.blocked, first.busiest, o.busiest))
                    for o in options[1:])
-    return Split(first.latency, traffic, first.busiest, others, tuple(o.name for o in options))
+    return Split(first.latency, pricer.ring_traffic, first.busiest, others, tuple(o.name for o in options))

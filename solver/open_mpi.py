@@ -14,7 +14,7 @@ from typing import Any
 from p2synth.hierarchies.model import HanBroadcast
 from p2synth.hierarchies.placement import Placement
 from p2synth.solver.algebra import Algebra
-from p2synth.solver.cost import StepShape, host_level, level_time
+from p2synth.solver.cost import StepShape, level_time
 from p2synth.solver.step_terms import chosen_product, chosen_sum, larger, root_time, slowest_spanned, smaller
 
 # Open MPI 5's fixed rules for MPI_Reduce_scatter_block with a commutative op (coll/tuned,
@@ -190,7 +190,7 @@ def _by_subset(alg: Algebra, S: Sequence[Any], indices: Sequence[int], leaf) -> 
 
 def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any], gamma: float,
                  two_way: Sequence[float]) -> HanTimes | None:
-    """Open MPI's coll/han on one step whose group spans hosts (`across`; see :func:`host_level`) with several members
+    """Open MPI's coll/han on one step whose group spans hosts (`across`; see ``Hierarchy.host_level``) with several members
     on one host (`inside`): with one member per host HAN passes the call to coll/tuned. None when the request's reduced
     cells lie all on one side of the host level, so that no step can be HAN's.
 
@@ -217,7 +217,7 @@ def open_mpi_han(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
     has the measurements.
     """
     h = placement.hierarchy
-    host = host_level(h)
+    host = h.host_level
     up = [i for i, lv in enumerate(shape.levels) if lv <= host]
     if not up or len(up) == len(shape.levels):
         return None

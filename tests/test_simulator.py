@@ -267,13 +267,12 @@ def test_open_mpi_han_runs_a_group_over_two_hosts_as_two_pipelined_stages():
 
 
 def test_the_host_level_is_the_level_named_for_a_machine_else_the_innermost_levels_parent():
-    from p2synth.solver.cost import host_level
     levels = lambda *names: Hierarchy(levels=tuple(Level(name=n, count=2) for n in names))
-    assert host_level(levels("pod", "rack", "node", "gpu")) == 2
-    assert host_level(levels("rack", "host", "socket", "core")) == 1
-    assert host_level(levels("rack", "server", "core")) == 1
-    assert host_level(levels("a", "b", "c")) == 1
-    assert host_level(levels("gpu")) == -1
+    assert levels("pod", "rack", "node", "gpu").host_level == 2
+    assert levels("rack", "host", "socket", "core").host_level == 1
+    assert levels("rack", "server", "core").host_level == 1
+    assert levels("a", "b", "c").host_level == 1
+    assert levels("gpu").host_level == -1
 
 
 def test_open_mpi_han_sums_its_stages_below_one_segment():
