@@ -150,8 +150,9 @@ def pipelined_factor(collective: Collective, cells_out: int, cells: int) -> floa
 
 def latency_floor(h: Hierarchy, collective: Collective, levels: list[int]) -> float:
     """One latency of every level the request spans: each is spanned by some step, and both cost models charge a
-    step at least one latency per level it spans (under NCCL, whose own latencies price every step, the least any one
-    NCCL call has: ``hierarchies.nccl_tuning.least_call_us``) (a send_recv: the least of them, see the module docstring). Under Open MPI the simulator's coll/han steps (all_reduce,
+    step at least one latency per level it spans (a send_recv: the least of them, see the module docstring). Under
+    NCCL, whose own latencies price every step but an all_to_all's and a shift's, the least latency any one NCCL call
+    has (``hierarchies.nccl_tuning.least_call_us``). Under Open MPI the simulator's coll/han steps (all_reduce,
     reduce, broadcast across hosts, and all_gather unless ``han_all_gather: flat``) charge none inside a host, so only
     the outermost level counts there."""
     if not levels:
