@@ -175,13 +175,37 @@ class TunedAllReduce(StrEnum):
     """How the simulator prices a blocking all_reduce that Open MPI's coll/tuned runs (a group that coll/han leaves
     alone: inside one host, or one member per host) under ``library: open-mpi``.
 
-    ``rules`` (what an omitted field means): Open MPI 5's fixed decision,
-    Rabenseifner above a size threshold that depends on the group size, and
-    for a group that is not a power of two the extra rounds that fold its
-    surplus members in and out; ``fastest``: the faster of recursive
-    doubling and a ring, the price the campaigns recorded before this field
-    froze, kept so that their recorded hierarchies are scored under the model
-    they judged.
+    ``distance-doubling`` (what an omitted field means): Open MPI 5's fixed
+    decision, Rabenseifner above a size threshold that depends on the group
+    size, its rounds in the order its source runs them (recursive vector
+    halving with distance doubling: the first round, half the buffer, with
+    the next rank, so the least significant digit of the rank order carries
+    the most data), and for a group that is not a power of two the extra
+    rounds that fold its surplus members in and out; ``rules``: the same
+    decision with the rounds priced in the opposite order (the outermost
+    level first), the price the campaigns recorded from issue 32 to issue 47
+    froze; ``fastest``: the faster of recursive doubling and a ring, the price
+    the campaigns recorded before that froze. The last two are kept so that
+    recorded hierarchies are scored under the model they judged.
+    """
+
+    DISTANCE_DOUBLING = "distance-doubling"
+    RULES = "rules"
+    FASTEST = "fastest"
+
+
+class TunedTrees(StrEnum):
+    """How the simulator prices a blocking broadcast or reduce that Open MPI's coll/tuned runs (a group that coll/han
+    leaves alone: inside one host, or one member per host) under ``library: open-mpi``.
+
+    ``rules`` (what an omitted field means): Open MPI 5's fixed decision
+    (``coll_tuned_decision_fixed.c``), which picks the algorithm by group size
+    and message size and runs it unsegmented: from 1 MiB a chain for 4-7
+    members, a linear fan-out for 8-15, and so on (``solver.open_mpi``,
+    ``TUNED_BROADCAST`` and ``TUNED_REDUCE``); ``fastest``: the faster of a
+    binomial tree and a scatter-based schedule, the price every campaign
+    recorded before this field froze, kept so that their recorded hierarchies
+    are scored under the model they judged.
     """
 
     RULES = "rules"
@@ -238,7 +262,8 @@ class Hierarchy(BaseModel):
     reduce_scatter: ReduceScatterRun | None = Field(default=None, description="under open-mpi or gloo, how a reduce_scatter step runs: exchange (the blocks exchanged and summed: the runtime's pairwise exchange, or the exported module's all_to_all_single on gloo; the default) or library (MPI_Reduce_scatter_block, or gloo's reduce_scatter_tensor, an all_reduce of the whole input, for measurements made before the exchange)")
     han_broadcast: HanBroadcast | None = Field(default=None, description="under open-mpi, how coll/han's broadcast between host leaders is priced: binomial (libnbc's tree above 4 leaders, as Open MPI 5 runs it; the default) or one-copy (the first frozen campaign's price, for the hierarchies it recorded)")
     han_all_gather: HanAllGather | None = Field(default=None, description="under open-mpi, how an all_gather that coll/han runs (a group spanning hosts with several members on one) is priced: hierarchical (a gather to each host's leader, an allgather among the leaders, a broadcast inside each host; the default) or flat (the flat group's recursive doubling, for hierarchies recorded before)")
-    tuned_all_reduce: TunedAllReduce | None = Field(default=None, description="under open-mpi, how a blocking all_reduce that coll/tuned runs (inside one host, or one member per host) is priced: rules (Open MPI 5's fixed decision, Rabenseifner with its fold for groups that are not a power of two; the default) or fastest (the faster of recursive doubling and a ring, for hierarchies recorded before)")
+    tuned_all_reduce: TunedAllReduce | None = Field(default=None, description="under open-mpi, how a blocking all_reduce that coll/tuned runs (inside one host, or one member per host) is priced: distance-doubling (Open MPI 5's fixed decision, Rabenseifner with its rounds in its source's order and its fold for groups that are not a power of two; the default), rules (the same with the rounds in the opposite order) or fastest (the faster of recursive doubling and a ring); the last two for hierarchies recorded before")
+    tuned_trees: TunedTrees | None = Field(default=None, description="under open-mpi, how a blocking broadcast or reduce that coll/tuned runs (inside one host, or one member per host) is priced: rules (Open MPI 5's fixed decision: chain, linear, binomial or scatter-allgather by group and message size, unsegmented; the default) or fastest (the faster of a binomial tree and a scatter-based schedule, for hierarchies recorded before)")
 
     @field_validator("levels")
     @classmethod

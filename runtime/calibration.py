@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, Hierarchy, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import (CollectiveLibrary, HanAllGather, HanBroadcast, Hierarchy, ReduceScatterRun,
+                                       TunedAllReduce, TunedTrees)
 
 KiB, MiB = 1024, 1024 * 1024
 LATENCY_SIZES = (8, 256, 4 * KiB)
@@ -139,7 +140,8 @@ def fitted_hierarchy(h: Hierarchy, results: dict[int, dict], name: str | None = 
         update["reduce_scatter"] = ReduceScatterRun.EXCHANGE
     if library is CollectiveLibrary.OPEN_MPI:
         update["han_broadcast"] = HanBroadcast.BINOMIAL
-        update["tuned_all_reduce"] = TunedAllReduce.RULES
+        update["tuned_all_reduce"] = TunedAllReduce.DISTANCE_DOUBLING
+        update["tuned_trees"] = TunedTrees.RULES
         update["han_all_gather"] = HanAllGather.HIERARCHICAL
     out = h.model_copy(update=update)
     return Hierarchy.model_validate_json(out.model_dump_json())  # re-validated: what we write loads

@@ -9,6 +9,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from p2synth.hierarchies.model import HanBroadcast
@@ -116,6 +117,122 @@ def rabenseifner(alg: Algebra, placement: Placement, shape: StepShape, S: Sequen
             fold = alg.ite(shape.spans[l], fold_at(l), fold)
     folds = _of_size(alg, shape, lambda k: 0.0 if k & (k - 1) == 0 else 1.0)
     return ring * _of_size(alg, shape, core) + alg.ite(folds > 0.5, fold, 0.0)
+
+
+class Tree(Enum):
+    """The broadcast and reduce algorithms coll/tuned's fixed decision picks, as the simulator prices them (each
+    unsegmented, as the decision runs them: it passes a segment size of 0)."""
+
+    LINEAR = "linear"          # the root sends to (receives from) every other member, all at once
+    CHAIN = "chain"            # one hop after another in rank order, each the whole buffer ("chain" and "pipeline")
+    BINOMIAL = "binomial"      # log2 k rounds of the whole buffer (also the k-nomial and binary trees of larger groups)
+    SCATTER_ALLGATHER = "scatter_allgather"
+    FASTEST = "fastest"        # the faster of the binomial and scatter-based schedules: algorithms not priced one by one
+
+
+_L, _C, _B, _S, _F = Tree.LINEAR, Tree.CHAIN, Tree.BINOMIAL, Tree.SCATTER_ALLGATHER, Tree.FASTEST
+# Open MPI 5's fixed decisions (coll/tuned, coll_tuned_decision_fixed.c, v5.0.x) for MPI_Bcast and a commutative
+# MPI_Reduce: per row the groups of fewer than `below` members (from the previous row's `below`), then from each
+# byte size on, the algorithm. A binary tree over 2 or 3 members is the linear fan-out; over more, and the k-nomial
+# tree, are priced as the binomial tree; groups of 32 or more keep the faster schedule.
+TUNED_BROADCAST: tuple[tuple[float, tuple[tuple[int, Tree], ...]], ...] = (
+    (4, ((0, _C), (32, _L), (256, _C), (512, _B), (1024, _L), (32768, _L), (131072, _C), (262144, _L),
+         (524288, _B), (1048576, _L))),
+    (8, ((0, _B), (8192, _L), (1048576, _C))),
+    (16, ((0, _B), (32768, _L))),
+    (32, ((0, _B), (1048576, _S))),
+    (math.inf, ((0, _F),)),
+)
+TUNED_REDUCE: tuple[tuple[float, tuple[tuple[int, Tree], ...]], ...] = (
+    (4, ((0, _F), (8, _L), (16, _C), (32, _L), (262144, _C))),
+    (8, ((0, _B), (4096, _C), (65536, _B), (262144, _L), (524288, _B), (1048576, _L))),
+    (32, ((0, _B),)),
+    (math.inf, ((0, _F),)),
+)
+
+
+def tuned_tree(rows, k: int, nbytes: float) -> Tree:
+    """The algorithm a fixed-decision table (`TUNED_BROADCAST`, `TUNED_REDUCE`) picks for `k` members and `nbytes`."""
+    for below, sizes in rows:
+        if k < below:
+            return [tree for least, tree in sizes if nbytes >= least][-1]
+    raise AssertionError("the last row covers every group size")
+
+
+def _tree_of(alg: Algebra, rows, shape: StepShape, times: dict[Tree, Any]) -> Any:
+    """The time of the algorithm the table picks for the step's group size and buffer: a chain over the group sizes
+    its slice can have, and within each over the table's byte thresholds."""
+    def at(k: int) -> Any:
+        sizes = next(sz for below, sz in rows if k < below)
+        out = times[sizes[0][1]]
+        for least, tree in sizes[1:]:
+            out = alg.ite(shape.m < least, out, times[tree])
+        return out
+    return _of_size(alg, shape, at)
+
+
+def halving_crossing(alg: Algebra, shape: StepShape, S: Sequence[Any], l: int) -> Any:
+    """Bytes one member sends across level `l` in the reduce-scatter half of Open MPI's Rabenseifner (recursive vector
+    halving with distance doubling): the rounds run from the least significant digit of the rank order (the last
+    chosen cell) to the most significant, each digit's rounds moving ``m / F - m / (F f)`` (``F`` the factors of the
+    digits already done, ``f`` the digit's), and a round crosses level `l` when its digit's cell is at `l` or an outer
+    level. In a group that is not a power of two the fold renumbers the members that stay (the first ``2r`` ranks
+    keep every other one), so their order no longer follows the digits: there the outermost levels are priced
+    first, ``m (1 - 1/K)`` across `l` with ``K`` the factors at `l` and outside, the price before."""
+    def leaf(chosen: tuple[int, ...]) -> Any:
+        k = math.prod(shape.factors[i] for i in chosen)
+        if k & (k - 1):
+            return shape.m * (1.0 - 1.0 / math.prod(shape.factors[i] for i in chosen if shape.levels[i] <= l))
+        out, done = 0.0, 1
+        for i in reversed(chosen):
+            moved = shape.m * (1.0 / done - 1.0 / (done * shape.factors[i]))
+            out = out + moved if shape.levels[i] <= l else out
+            done *= shape.factors[i]
+        return out
+    return _by_subset(alg, S, list(range(len(shape.factors))), leaf)
+
+
+def tuned_trees(alg: Algebra, placement: Placement, shape: StepShape, S: Sequence[Any], Z: Sequence[Any],
+                gamma: float, binomial: Any, binomial_reduce: Any, scatter_based: Any, fastest_b: Any,
+                fastest_r: Any) -> tuple[Any, Any]:
+    """Seconds of the broadcast and the reduce coll/tuned's fixed decision runs over the step's group (``tuned_trees:
+    rules``): the tables' algorithm for its size and buffer. `binomial`, `binomial_reduce`, `scatter_based` and the
+    faster ones (`fastest_b`, `fastest_r`) are the simulator's own prices of those schedules.
+
+    The chain (k - 1 hops one after another, the whole buffer each, in rank
+    order) charges each hop the outermost level it crosses, its link shared
+    with the other groups' hops as a step's are (``root_time``), plus that
+    level's latency; the linear fan-out pushes the copies for members outside
+    the root's level-``l`` unit through the root's link across level ``l``,
+    all at once, plus the outermost level's latency. The reduce's versions
+    sum ``(k - 1)`` buffers (``gamma``) at the root or along the chain.
+    """
+    h = placement.hierarchy
+    idx = list(range(len(shape.factors)))
+
+    def chain(chosen: tuple[int, ...]) -> Any:
+        total, before = 0.0, 1
+        for j, i in enumerate(chosen):  # hops whose most significant changed digit is cell i
+            level = min(shape.levels[c] for c in chosen[j:])  # the outermost level among the digits they change
+            hops = before * (shape.factors[i] - 1)
+            total = total + (root_time(alg, placement, shape, level, shape.m, S, Z) + h.links[level].latency) * float(hops)
+            before *= shape.factors[i]
+        return total
+
+    def linear(chosen: tuple[int, ...]) -> Any:
+        k = math.prod(shape.factors[i] for i in chosen)
+        worst = 0.0
+        for l in sorted({shape.levels[i] for i in chosen}):
+            inside = math.prod(shape.factors[i] for i in chosen if shape.levels[i] > l)
+            worst = larger(alg, worst, root_time(alg, placement, shape, l, shape.m * float(k - inside), S, Z))
+        return worst + h.links[min(shape.levels[i] for i in chosen)].latency if chosen else 0.0
+
+    sums = shape.m_times_k - shape.m  # (k - 1) buffers summed
+    chained, fanned = _by_subset(alg, S, idx, chain), _by_subset(alg, S, idx, linear)
+    b = {_L: fanned, _C: chained, _B: binomial, _S: scatter_based, _F: fastest_b}
+    r = {_L: fanned + sums * gamma, _C: chained + sums * gamma, _B: binomial_reduce, _S: scatter_based + sums * gamma,
+         _F: fastest_r}
+    return _tree_of(alg, TUNED_BROADCAST, shape, b), _tree_of(alg, TUNED_REDUCE, shape, r)
 
 
 # Open MPI 5's coll/han (priority 35, above coll/tuned's 30) runs MPI_Allreduce, MPI_Reduce, MPI_Bcast and MPI_Allgather

@@ -43,8 +43,12 @@ the emulated cluster call for (see ``docs/simulator.md``):
   otherwise.
 * Open MPI's fixed rules for a blocking all_reduce that coll/han leaves
   alone (inside one host, or one member per host): Rabenseifner above a size
-  threshold by group size, with the rounds that fold a group that is not a
-  power of two down to one (:func:`rabenseifner`).
+  threshold by group size, its halving rounds from the least significant
+  digit of the rank order (:func:`halving_crossing`), with the rounds that
+  fold a group that is not a power of two down to one (:func:`rabenseifner`);
+  and for a blocking broadcast or reduce there, the algorithm its fixed
+  decision picks by group size and buffer, unsegmented: a chain, the linear
+  fan-out or fan-in, a binomial tree or scatter-allgather (:func:`tuned_trees`).
 * Open MPI's hierarchical component: under Open MPI a blocking all_reduce,
   reduce or broadcast whose group spans several hosts runs ``coll/han``
   (:func:`open_mpi_han`): 64 KiB segments pipelined through an intra-host
@@ -75,7 +79,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, ReduceScatterRun, TunedAllReduce, TunedTrees
 from p2synth.hierarchies.placement import Placement
 from p2synth.hierarchies.program import Collective, Request
 from p2synth.solver.algebra import Algebra
@@ -83,8 +87,9 @@ from p2synth.solver.cost import (all_to_all_time, level_time, piece_seconds,
                                  shift_time, shift_traffic, step_shape, step_traffic)
 from p2synth.solver.gloo import gloo_times
 from p2synth.solver.nccl import nccl_split
-from p2synth.solver.open_mpi import (libnbc_binomial_all_reduce, open_mpi_han, open_mpi_linear_reduce_scatter,
-                                     open_mpi_rabenseifner_all_reduce, rabenseifner)
+from p2synth.solver.open_mpi import (halving_crossing, libnbc_binomial_all_reduce, open_mpi_han,
+                                     open_mpi_linear_reduce_scatter, open_mpi_rabenseifner_all_reduce, rabenseifner,
+                                     tuned_trees)
 from p2synth.solver.step_terms import chosen_sum, root_time, slowest_spanned, smaller
 
 
@@ -170,8 +175,13 @@ class Simulator:
             b = smaller(alg, rounds, scatter_based)
         if h.library is CollectiveLibrary.OPEN_MPI and not self.nonblocking:
             if h.tuned_all_reduce is not TunedAllReduce.FASTEST:  # coll/tuned's, where coll/han leaves the group
+                ring = ring_ar
+                if h.tuned_all_reduce in (None, TunedAllReduce.DISTANCE_DOUBLING):  # its rounds in its source's order
+                    ring = lat * 2.0 + transfer(part * 2.0, lambda l: halving_crossing(alg, shape, S, l) * 2.0) + part * gamma
                 ar = alg.ite(open_mpi_rabenseifner_all_reduce(alg, shape.k, m),
-                             rabenseifner(alg, self.placement, shape, S, Z, gamma, two_way, ring_ar), ar)
+                             rabenseifner(alg, self.placement, shape, S, Z, gamma, two_way, ring), ar)
+            if h.tuned_trees is not TunedTrees.FASTEST:  # coll/tuned's broadcast and reduce, where coll/han leaves the group
+                b, r = tuned_trees(alg, self.placement, shape, S, Z, gamma, rounds, rounds + round_gamma, scatter_based, b, r)
             han = open_mpi_han(alg, self.placement, shape, S, Z, gamma, two_way)
             if han is not None:
                 ar, r, b = han.where(alg, han.all_reduce, ar), han.where(alg, han.reduce, r), han.where(alg, han.broadcast, b)

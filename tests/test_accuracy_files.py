@@ -198,3 +198,15 @@ def test_the_frozen_campaigns_headline_is_the_predictions_recorded_before_timing
         assert json.loads((ROOT / f"docs/accuracy/{folder}/summary.json").read_text())["recorded_before_timing"]
     main = json.loads((ROOT / "docs/accuracy/summary.json").read_text())  # measured before predictions were recorded
     assert main["recorded_before_timing"] is None and main["headline"].startswith("post hoc")
+
+
+def test_the_reprice_table_in_the_simulator_doc_is_what_the_script_prints():
+    """docs/simulator.md's issue-47 table: every recorded campaign scored under the coll/tuned prices before and now
+    (``python -m scripts.accuracy.reprice``), rebuilt from the raw files."""
+    from scripts.accuracy import reprice
+
+    names = ["", "frozen", "frozen-3x2x2", "frozen-6x2", "frozen-4x3", "frozen-2x2x3", "frozen-4x2x2", "exchange"]
+    raws = [ROOT / "docs/accuracy" / name / "raw.json" for name in names]  # the campaigns recorded before the change
+    doc = (ROOT / "docs/simulator.md").read_text()
+    shown = doc.split("<!-- reprice -->\n")[1].split("<!-- /reprice -->")[0].strip()
+    assert reprice.table(raws).strip() == shown

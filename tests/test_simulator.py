@@ -15,17 +15,17 @@ from p2synth.solver.topn import cheapest_programs
 from p2synth.solver.algebra import PY
 from p2synth.solver.open_mpi import binomial_rounds, libnbc_binomial_all_reduce, open_mpi_linear_reduce_scatter
 from p2synth.solver.simulator import Simulator
-from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, ReduceScatterRun, TunedAllReduce, TunedTrees
 from tests import oracles
 
 AR, RS, AG, R, B, A2A, SR = Collective
 ALPHA, BW, GAMMA_GBPS, OVERHEAD = 10e-6, 1e9, 2.0, 5e-6
 
 
-def _pair(uplink=None, duplex=None, library=None, reduce_scatter=None):
+def _pair(uplink=None, duplex=None, library=None, reduce_scatter=None, tuned_trees=None):
     h = Hierarchy(levels=(Level(name="node", count=2, bandwidth_GBps=1.0, latency_us=10.0, uplink_GBps=uplink, duplex_efficiency=duplex),
                           Level(name="core", count=1)), reduce_GBps=GAMMA_GBPS, step_overhead_us=5.0, library=library,
-                  reduce_scatter=reduce_scatter)
+                  reduce_scatter=reduce_scatter, tuned_trees=tuned_trees)
     return Placement(h, (Axis(name="data", size=2),), ((2, 1),))
 
 
@@ -104,9 +104,15 @@ def test_other_libraries_keep_their_reduce_scatter():
     big = float(1 << 26)
     for library in (None,):  # NCCL prices every step by its own choice (tests/test_nccl_model.py)
         assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
-    # the other collectives do not change under Open MPI: with one member per host coll/han passes every call to coll/tuned
-    for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
+    # with one member per host coll/han passes every call to coll/tuned: its all_reduce and all_gather keep their
+    # prices; its broadcast and reduce follow its fixed decision (over 2 members from 1 MiB: the whole buffer one way)
+    for op, Y in ((AR, 0), (AG, 1)):
         assert _t(_pair(library=OPEN_MPI), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
+    for op, Y in ((R, 0), (B, 0)):
+        assert _t(_pair(library=OPEN_MPI, tuned_trees=TunedTrees.FASTEST), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
+    G = GAMMA_GBPS * 1e9
+    assert math.isclose(_t(_pair(library=OPEN_MPI), B, big), ALPHA + big / BW + OVERHEAD, rel_tol=1e-12)
+    assert math.isclose(_t(_pair(library=OPEN_MPI), R, big), ALPHA + big / BW + big / G + OVERHEAD, rel_tol=1e-12)
 
 
 LIBRARY = ReduceScatterRun.LIBRARY
@@ -129,9 +135,13 @@ def test_open_mpi_reduce_scatter_of_a_large_block_is_a_reduce_then_a_linear_scat
     half one way (alpha + m/2)."""
     m, G = float(1 << 20), GAMMA_GBPS * 1e9
     reduce = min(ALPHA + m / BW + m / G, 2 * ALPHA + m / BW + (m / 2) / G)
-    assert math.isclose(_t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, m), reduce + ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
+    old = _pair(library=OPEN_MPI, reduce_scatter=LIBRARY, tuned_trees=TunedTrees.FASTEST)  # as the campaigns then priced it
+    assert math.isclose(_t(old, RS, m), reduce + ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
     # the exchange it replaces would take alpha + m/2 + m/2 summed: the linear one is slower by m/2 one way
-    assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, m) > _t(_pair(), RS, m) + 0.9 * (m / 2) / BW
+    assert _t(old, RS, m) > _t(_pair(), RS, m) + 0.9 * (m / 2) / BW
+    # under coll/tuned's fixed decision the reduce over 2 members of 1 MiB is the whole buffer one way and summed
+    assert math.isclose(_t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), RS, m),
+                        ALPHA + m / BW + m / G + ALPHA + (m / 2) / BW + OVERHEAD, rel_tol=1e-12)
 
 
 def test_open_mpi_library_reduce_scatter_of_small_blocks_and_other_libraries_keep_the_bandwidth_optimal_schedule():
@@ -140,9 +150,9 @@ def test_open_mpi_library_reduce_scatter_of_small_blocks_and_other_libraries_kee
     big = float(1 << 26)
     for library in (None,):  # NCCL prices every step by its own choice (tests/test_nccl_model.py)
         assert _t(_pair(library=library), RS, big) == _t(_pair(), RS, big) == _t(_pair(library=library), RS, big, nonblocking=True)
-    # the other collectives do not change: with one member per host coll/han passes every call to coll/tuned
+    # the other collectives do not change but by coll/tuned's broadcast and reduce rules (tested above)
     for op, Y in ((AR, 0), (AG, 1), (R, 0), (B, 0)):
-        assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
+        assert _t(_pair(library=OPEN_MPI, reduce_scatter=LIBRARY, tuned_trees=TunedTrees.FASTEST), op, big, Y=Y) == _t(_pair(), op, big, Y=Y)
 
 
 def test_open_mpi_nonblocking_reduce_scatter_is_always_a_binomial_reduce_then_a_linear_scatter():
@@ -423,9 +433,67 @@ def test_open_mpi_rabenseifner_threshold_follows_the_fixed_rules_by_group_size()
         assert not open_mpi_rabenseifner_all_reduce(alg, float(k), float(least) - 1.0)
 
 
+def _one_per_host(tuned_all_reduce=None, tuned_trees=None, racks=2, nodes=2):
+    # rack x node, one rank per node: every step one member per host, coll/tuned's; the rack uplink (0.5 GB/s)
+    # shared by its nodes, no latency, no reduction compute
+    h = Hierarchy(levels=(Level(name="rack", count=racks, bandwidth_GBps=0.5, uplink_GBps=0.5, latency_us=0.0),
+                          Level(name="node", count=nodes, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=0.0),
+                          Level(name="core", count=1)),
+                  library=OPEN_MPI, tuned_all_reduce=tuned_all_reduce, tuned_trees=tuned_trees)
+    return Placement(h, (Axis(name="data", size=racks * nodes),), ((racks, nodes, 1),))
+
+
+def test_open_mpi_tuned_broadcast_and_reduce_run_the_fixed_decisions_algorithm():
+    """A broadcast and a reduce over 4 members, one per host in rank order (rack digit first): coll/tuned's fixed
+    decision, unsegmented. From 1 MiB the broadcast is a chain: 1 hop across the racks (0.5 GB/s) and 2 inside
+    them (1 GB/s), one after another: 4m/1e9. From 8 KiB to 1 MiB it is the linear fan-out: the root pushes 2 copies
+    out of its rack and 3 out of its node at once, the slower 4m/1e9. The reduce from 1 MiB is the linear fan-in
+    (the same 4m/1e9), from 512 KiB to 1 MiB the binomial tree as the simulator prices it (its rack round charged
+    to both nodes of a rack, 4m, then m). Over 4 racks of one node the chain's 3 hops all cross the racks,
+    6m/1e9, where ``tuned_trees: fastest`` (the price before) takes the faster of the binomial tree and the
+    scatter-based schedule, the latter: a scatter and an allgather, 2 x (3/4) m at 0.5 GB/s, 3m/1e9."""
+    both = 0b11
+    for m in (float(1 << 22), float(1 << 20)):
+        assert math.isclose(_step(_one_per_host(), B, m, both), 4 * m / 1e9, rel_tol=1e-12)  # the chain
+        assert math.isclose(_step(_one_per_host(), R, m, both), 4 * m / 1e9, rel_tol=1e-12)  # the linear fan-in
+    m = float(1 << 19)
+    assert math.isclose(_step(_one_per_host(), B, m, both), 4 * m / 1e9, rel_tol=1e-12)  # the linear fan-out
+    assert math.isclose(_step(_one_per_host(), R, m, both), 5 * m / 1e9, rel_tol=1e-12)  # binomial
+    m = float(1 << 22)
+    assert math.isclose(_step(_one_per_host(racks=4, nodes=1), B, m, 0b1), 6 * m / 1e9, rel_tol=1e-12)
+    assert math.isclose(_step(_one_per_host(tuned_trees=TunedTrees.FASTEST, racks=4, nodes=1), B, m, 0b1),
+                        3 * m / 1e9, rel_tol=1e-12)
+
+
+def test_open_mpi_rabenseifner_runs_its_halving_rounds_from_the_least_significant_digit():
+    """Open MPI's Rabenseifner halves the vector with the next rank first (distance doubling): over rack 2 x node 2
+    in rank order (rack digit first) the node rounds move m/2 and the rack rounds m/4, each way, in both halves.
+    The rack uplink carries its two nodes' 2 x 2 x m/4: 2m/1e9 at 0.5 GB/s; each node's link 2 x 3m/4 at 1 GB/s:
+    1.5m/1e9; the slower, 2m/1e9. Priced with the outermost level first (``rules``, the price before) the rack
+    rounds carry m/2: 4m/1e9."""
+    m, both = float(1 << 22), 0b11
+    assert math.isclose(_step(_one_per_host(), AR, m, both), 2 * m / 1e9, rel_tol=1e-12)
+    assert math.isclose(_step(_one_per_host(TunedAllReduce.RULES), AR, m, both), 4 * m / 1e9, rel_tol=1e-12)
+
+
+def test_the_fixed_decision_tables_pick_what_open_mpi_5_picks():
+    """Rows of coll_tuned_decision_fixed.c (v5.0.x), at their boundaries."""
+    from p2synth.solver.open_mpi import TUNED_BROADCAST, TUNED_REDUCE, Tree, tuned_tree
+
+    for k, nbytes, tree in ((2, 1 << 20, Tree.LINEAR), (3, (1 << 20) - 1, Tree.BINOMIAL), (3, 131072, Tree.CHAIN),
+                            (4, 8192, Tree.LINEAR), (4, 8191, Tree.BINOMIAL), (7, 1 << 20, Tree.CHAIN),
+                            (8, 32768, Tree.LINEAR), (15, 32767, Tree.BINOMIAL), (16, 1 << 20, Tree.SCATTER_ALLGATHER),
+                            (31, (1 << 20) - 1, Tree.BINOMIAL), (32, 1 << 24, Tree.FASTEST)):
+        assert tuned_tree(TUNED_BROADCAST, k, nbytes) is tree, (k, nbytes)
+    for k, nbytes, tree in ((2, 1 << 20, Tree.CHAIN), (3, 262143, Tree.LINEAR), (4, 1 << 20, Tree.LINEAR),
+                            (4, (1 << 20) - 1, Tree.BINOMIAL), (5, 262144, Tree.LINEAR), (6, 4096, Tree.CHAIN),
+                            (8, 1 << 24, Tree.BINOMIAL), (31, 1, Tree.BINOMIAL), (64, 1 << 24, Tree.FASTEST)):
+        assert tuned_tree(TUNED_REDUCE, k, nbytes) is tree, (k, nbytes)
+
+
 def test_z3_minimises_the_coll_han_term_exactly():
-    """Where coll/han runs the steps (Open MPI; node 2 x core 2, node 4 x core 2 and rack 2 x node 2 x core 2; below,
-    at and above one 64 KiB segment): Z3's top 3 over the sketch cost what the explicit search's top 3 cost, and Z3's
+    """Where coll/han and coll/tuned run the steps (Open MPI; node 2 x core 2, node 4 x core 2, rack 2 x node 2 x core 2
+    and one rank per node; below, at and above one 64 KiB segment): Z3's top 3 over the sketch cost what the explicit search's top 3 cost, and Z3's
     unsat proves that list."""
     rack = Hierarchy(levels=(Level(name="rack", count=2, bandwidth_GBps=0.5, uplink_GBps=0.5, latency_us=30.0, duplex_efficiency=0.7),
                              Level(name="node", count=2, bandwidth_GBps=1.0, uplink_GBps=1.0, latency_us=10.0),
@@ -438,6 +506,10 @@ def test_z3_minimises_the_coll_han_term_exactly():
     cases += [(six, op, float(1 << 22)) for op in (AR, B)]
     # three hosts: coll/tuned's Rabenseifner folding its third member in and out, on the steps over the node cell
     cases += [(_han_flat(nodes=3), AR, m) for m in (float(1 << 17), float(1 << 22))]
+    # coll/tuned's broadcast and reduce by its fixed decision, and Rabenseifner's rounds in rank order, on a group of
+    # one member per host over two network levels (and the whole of rack 2 x node 2 x core 2, whose other steps they price)
+    cases += [(p, op, m) for p in (_one_per_host(), _one_per_host(racks=4, nodes=2)) for op in (AR, R, B)
+              for m in (float(1 << 19), float(1 << 22))] + [(three, op, float(1 << 22)) for op in (R, B)]
     assert_z3_ranks_as_the_search(cases)
 
 

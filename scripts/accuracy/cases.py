@@ -17,7 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from p2synth.hierarchies.model import CollectiveLibrary, HanAllGather, HanBroadcast, Hierarchy, ReduceScatterRun, TunedAllReduce
+from p2synth.hierarchies.model import (CollectiveLibrary, HanAllGather, HanBroadcast, Hierarchy, ReduceScatterRun,
+                                       TunedAllReduce, TunedTrees)
 from p2synth.hierarchies.placement import Axis, Placement
 from p2synth.hierarchies.program import Program, Request
 from p2synth.runtime.calibration import library_of
@@ -106,7 +107,8 @@ def load_cases(raw: dict) -> tuple[list[Case], dict[str, Hierarchy]]:
 
 # Under Open MPI, each pricing field a hierarchy recorded before calibration wrote it reads as this price.
 OPEN_MPI_PRICES_BEFORE = {"reduce_scatter": ReduceScatterRun.LIBRARY, "han_broadcast": HanBroadcast.ONE_COPY,
-                          "tuned_all_reduce": TunedAllReduce.FASTEST, "han_all_gather": HanAllGather.FLAT}
+                          "tuned_all_reduce": TunedAllReduce.FASTEST, "han_all_gather": HanAllGather.FLAT,
+                          "tuned_trees": TunedTrees.FASTEST}
 
 
 def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
@@ -115,8 +117,8 @@ def as_measured(h: Hierarchy, mpi: str) -> Hierarchy:
     ``reduce_scatter`` (recorded before calibration wrote it, when the runtime called ``MPI_Reduce_scatter_block``),
     ``library``; without ``han_broadcast`` (recorded before calibration wrote it), ``one-copy``, the price of coll/han's
     broadcast that the campaigns recorded then were judged under; without ``tuned_all_reduce``, ``fastest``, and
-    without ``han_all_gather``, ``flat``: the prices of coll/tuned's all_reduce and coll/han's all_gather they were
-    judged under."""
+    without ``han_all_gather``, ``flat``, and without ``tuned_trees``, ``fastest``: the prices of coll/tuned's
+    all_reduce, coll/han's all_gather and coll/tuned's broadcast and reduce they were judged under."""
     if h.library is None:
         h = h.model_copy(update={"library": library_of(mpi)})
     if h.library is CollectiveLibrary.OPEN_MPI:

@@ -150,7 +150,7 @@ def measure_testbed(suite: Suite, tb: Testbed, workdir: Path, raw: dict, raw_pat
         else:
             entry.update(record)
         index = 0
-        for axes in suite.axes_sets:
+        for axes in suite.axes_of(tb):
             for pl in placements(h, axes):
                 for names, col in requests(axes, suite.collectives):
                     req = make_request(pl, names, col)
