@@ -32,6 +32,9 @@ MEASUREMENTS = {
     "first-run": (_case_files(DOCS / "ddp", ".first-run"), DOCS / "ddp" / "first-run-summary.json", None),
     # the control: DDP's built-in all-reduce, the hook, and torch's own Python all-reduce hook (3x2x2 only)
     "control": ([DOCS / "ddp" / "3x2x2-1gbit-400mbit.control.raw.json"], DOCS / "ddp" / "control-summary.json", None),
+    # a shape tried after the fourth case (issue 47, item 3): 2 nodes x 4 ranks at 200 Mbit/s, gloo-tuned plan only
+    "2x4-200mbit": ([DOCS / "ddp" / "2x4-200mbit" / "2x4-200mbit.raw.json"],
+                    DOCS / "ddp" / "2x4-200mbit" / "summary.json", None),
     # issue 31's first measurement, gloo's own reduce_scatter
     "gloo-rs": (_case_files(DOCS / "ddp" / "gloo-rs"), DOCS / "ddp" / "gloo-rs" / "ddp-summary.json",
                 DOCS / "ddp" / "gloo-rs"),
