@@ -15,11 +15,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
+from p2synth.hierarchies.cli import ArgumentParser
 from scripts.accuracy import metrics as M
 from scripts.accuracy.cases import Case, load_cases
 from scripts.accuracy.fit import predict_all
-from scripts.accuracy.table import read_document
+from scripts.accuracy.table import print_text, read_document
 from scripts.tables import markdown
 
 CALIBRATED = "calibrated"  # the key of the simulator's predictions on the calibrated hierarchy, before any fit
@@ -92,15 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the table for one campaign's raw file (its report.json beside it); the exit status."""
     p = ArgumentParser(prog="python -m scripts.accuracy.by_kind", description=__doc__.split("\n")[0])
     p.add_argument("raw", type=Path, help="a campaign's raw.json, with the report.json --from-raw wrote beside it")
-    try:
+
+    def text() -> str:
         args = p.parse_args(argv)
-        text = by_kind(read_document(args.raw, "raw"), read_document(args.raw.with_name("report.json"), "report"))
-    except (UsageError, KeyError, TypeError) as e:
-        print(f"error: {e if isinstance(e, UsageError) else f'not a raw file and report of scripts.accuracy: {one_line(e)}'}",
-              file=sys.stderr)
-        return EXIT_USAGE
-    print(text)
-    return 0
+        return by_kind(read_document(args.raw, "raw"), read_document(args.raw.with_name("report.json"), "report"))
+    return print_text(text, "a raw file and report of scripts.accuracy")
 
 
 if __name__ == "__main__":

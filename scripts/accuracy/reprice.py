@@ -17,12 +17,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from p2synth.hierarchies.cli import EXIT_USAGE, ArgumentParser, UsageError, one_line
+from p2synth.hierarchies.cli import ArgumentParser
 from p2synth.hierarchies.model import HanAllGather, HanBroadcast, TunedAllReduce, TunedTrees
 from scripts.accuracy import metrics as M
 from scripts.accuracy.cases import Case, load_cases
 from scripts.accuracy.fit import predict_all
-from scripts.accuracy.table import read_document
+from scripts.accuracy.table import print_text, read_document
 from scripts.tables import markdown
 
 # The coll/han fields every column shares (what calibration has written since issue 32), and each column's coll/tuned fields.
@@ -75,15 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the table for the raw files given; the exit status (2: a file that is not an accuracy raw file)."""
     p = ArgumentParser(prog="python -m scripts.accuracy.reprice", description=__doc__.split("\n")[0])
     p.add_argument("raw", type=Path, nargs="+", help="accuracy campaigns' raw.json files")
-    try:
-        args = p.parse_args(argv)
-        text = table(args.raw)
-    except (UsageError, KeyError, TypeError) as e:
-        print(f"error: {e if isinstance(e, UsageError) else f'not a raw file of scripts.accuracy: {one_line(e)}'}",
-              file=sys.stderr)
-        return EXIT_USAGE
-    print(text)
-    return 0
+    return print_text(lambda: table(p.parse_args(argv).raw), "a raw file of scripts.accuracy")
 
 
 if __name__ == "__main__":

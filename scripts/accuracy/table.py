@@ -109,6 +109,18 @@ def read_document(path: Path, kind: str) -> dict:
     return doc
 
 
+def print_text(make_text, what: str) -> int:
+    """Print the text ``make_text()`` returns and return 0; where it raises UsageError, or KeyError or TypeError on a
+    file that is not `what`, one line on stderr and EXIT_USAGE (the tools' shared ending)."""
+    try:
+        text = make_text()
+    except (UsageError, KeyError, TypeError) as e:
+        print(f"error: {e if isinstance(e, UsageError) else f'not {what}: {one_line(e)}'}", file=sys.stderr)
+        return EXIT_USAGE
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print each named summary's table (or, with ``--breakdowns``, each named report's), a blank line between; the
     exit status (2, with one line on stderr, for a missing or malformed file)."""
