@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -151,19 +151,21 @@ TUNED_REDUCE: tuple[tuple[float, tuple[tuple[int, Tree], ...]], ...] = (
 )
 
 
+def _row(rows, k: int) -> tuple[tuple[int, Tree], ...]:
+    """The byte thresholds of a fixed-decision table's row for a group of `k` members (the last row covers the rest)."""
+    return next(sizes for below, sizes in rows if k < below)
+
+
 def tuned_tree(rows, k: int, nbytes: float) -> Tree:
     """The algorithm a fixed-decision table (`TUNED_BROADCAST`, `TUNED_REDUCE`) picks for `k` members and `nbytes`."""
-    for below, sizes in rows:
-        if k < below:
-            return [tree for least, tree in sizes if nbytes >= least][-1]
-    raise AssertionError("the last row covers every group size")
+    return [tree for least, tree in _row(rows, k) if nbytes >= least][-1]
 
 
 def _tree_of(alg: Algebra, rows, shape: StepShape, times: dict[Tree, Any]) -> Any:
     """The time of the algorithm the table picks for the step's group size and buffer: a chain over the group sizes
     its slice can have, and within each over the table's byte thresholds."""
     def at(k: int) -> Any:
-        sizes = next(sz for below, sz in rows if k < below)
+        sizes = _row(rows, k)
         out = times[sizes[0][1]]
         for least, tree in sizes[1:]:
             out = alg.ite(shape.m < least, out, times[tree])
@@ -171,18 +173,19 @@ def _tree_of(alg: Algebra, rows, shape: StepShape, times: dict[Tree, Any]) -> An
     return _of_size(alg, shape, at)
 
 
-def halving_crossing(alg: Algebra, shape: StepShape, S: Sequence[Any], l: int) -> Any:
+def halving_crossing(alg: Algebra, shape: StepShape, S: Sequence[Any], l: int, outer_first: Callable[[int], Any]) -> Any:
     """Bytes one member sends across level `l` in the reduce-scatter half of Open MPI's Rabenseifner (recursive vector
     halving with distance doubling): the rounds run from the least significant digit of the rank order (the last
     chosen cell) to the most significant, each digit's rounds moving ``m / F - m / (F f)`` (``F`` the factors of the
     digits already done, ``f`` the digit's), and a round crosses level `l` when its digit's cell is at `l` or an outer
     level. In a group that is not a power of two the fold renumbers the members that stay (the first ``2r`` ranks
     keep every other one), so their order no longer follows the digits: there the outermost levels are priced
-    first, ``m (1 - 1/K)`` across `l` with ``K`` the factors at `l` and outside, the price before."""
+    first, ``outer_first(l)`` (the simulator's ``m (1 - 1/K)`` across `l`, ``K`` the factors at `l` and outside),
+    the price before."""
     def leaf(chosen: tuple[int, ...]) -> Any:
         k = math.prod(shape.factors[i] for i in chosen)
         if k & (k - 1):
-            return shape.m * (1.0 - 1.0 / math.prod(shape.factors[i] for i in chosen if shape.levels[i] <= l))
+            return outer_first(l)
         out, done = 0.0, 1
         for i in reversed(chosen):
             moved = shape.m * (1.0 / done - 1.0 / (done * shape.factors[i]))
@@ -230,8 +233,7 @@ def tuned_trees(alg: Algebra, placement: Placement, shape: StepShape, S: Sequenc
     sums = shape.m_times_k - shape.m  # (k - 1) buffers summed
     chained, fanned = _by_subset(alg, S, idx, chain), _by_subset(alg, S, idx, linear)
     b = {_L: fanned, _C: chained, _B: binomial, _S: scatter_based, _F: fastest_b}
-    r = {_L: fanned + sums * gamma, _C: chained + sums * gamma, _B: binomial_reduce, _S: scatter_based + sums * gamma,
-         _F: fastest_r}
+    r = {_L: fanned + sums * gamma, _C: chained + sums * gamma, _B: binomial_reduce, _F: fastest_r}  # no reduce row picks _S
     return _tree_of(alg, TUNED_BROADCAST, shape, b), _tree_of(alg, TUNED_REDUCE, shape, r)
 
 

@@ -156,10 +156,12 @@ class Simulator:
         # Bandwidth-optimal schedules (ring, Rabenseifner, recursive halving, Bruck): latency
         # log2 k rounds (twice for two-phase ones), the volume spread over the group's members.
         reduce_phase = lambda l: m - m_outer[l]
-        ring_ar = lat * 2.0 + transfer(part * 2.0, lambda l: reduce_phase(l) * 2.0) + part * gamma
+        # a reduce-scatter and an allgather, each crossing level l with `crossing(l)`: nothing summed
+        two_phases = lambda crossing: lat * 2.0 + transfer(part * 2.0, lambda l: crossing(l) * 2.0)
+        scatter_based = two_phases(reduce_phase)
+        ring_ar = scatter_based + part * gamma
         rs = lat + transfer(part, reduce_phase) + part * gamma
         ag = lat + transfer(m_times_k - m, lambda l: m_times_k - m_inner[l])
-        scatter_based = lat * 2.0 + transfer(part * 2.0, lambda l: reduce_phase(l) * 2.0)
         # Latency-optimal schedules (recursive doubling, binomial trees): log2 k rounds, each moving
         # the whole buffer across the level of the cell that round spans.
         rounds = self._per_cell(alg, S, cells, lambda c, p: math.log2(p) * (h.links[c.level].latency + level_time(alg, self.placement, c.level, m, S, Z, factors, levels, spread_over_group=False)))
@@ -177,7 +179,7 @@ class Simulator:
             if h.tuned_all_reduce is not TunedAllReduce.FASTEST:  # coll/tuned's, where coll/han leaves the group
                 ring = ring_ar
                 if h.tuned_all_reduce in (None, TunedAllReduce.DISTANCE_DOUBLING):  # its rounds in its source's order
-                    ring = lat * 2.0 + transfer(part * 2.0, lambda l: halving_crossing(alg, shape, S, l) * 2.0) + part * gamma
+                    ring = two_phases(lambda l: halving_crossing(alg, shape, S, l, reduce_phase)) + part * gamma
                 ar = alg.ite(open_mpi_rabenseifner_all_reduce(alg, shape.k, m),
                              rabenseifner(alg, self.placement, shape, S, Z, gamma, two_way, ring), ar)
             if h.tuned_trees is not TunedTrees.FASTEST:  # coll/tuned's broadcast and reduce, where coll/han leaves the group
